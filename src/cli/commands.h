@@ -1,0 +1,12 @@
+// The ft subcommands. Each add_*_command declares its flags once and installs its callback.
+#pragma once
+#include <CLI/CLI.hpp>
+
+namespace ft::cli {
+
+void add_logits_command(CLI::App& app);    // logits.cpp
+void add_run_command(CLI::App& app);       // run.cpp
+void add_bench_command(CLI::App& app);     // bench.cpp
+void add_tokenize_command(CLI::App& app);  // tokenize.cpp
+
+}  // namespace ft::cli
