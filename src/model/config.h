@@ -1,0 +1,78 @@
+// Typed model configuration read from an HF config.json; families fill in their own fields.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace ft {
+
+struct RopeConfig {
+  enum class Type { DEFAULT, LINEAR, YARN };
+  Type type = Type::DEFAULT;
+  double theta = 10000.0;
+  double factor = 1.0;
+  int64_t original_max_pos = 0;  // yarn
+  double beta_fast = 32.0, beta_slow = 1.0;
+  double attention_factor = 0.0;  // 0: derived (yarn)
+  double mscale = 0.0, mscale_all_dim = 0.0;
+  bool truncate = true;
+  double partial_rotary_factor = 1.0;
+  bool interleaved = false;  // GPT-J style pairs (2i, 2i+1) instead of NeoX halves
+};
+
+// How q/k are normalised after projection: per head over head_dim (Qwen3), or over the whole
+// projection width before the head split (OLMoE).
+enum class QkNorm { NONE, PER_HEAD, FULL };
+
+struct ModelConfig {
+  std::string model_type;
+  int64_t vocab_size = 0, hidden = 0, n_layers = 0;
+  int64_t n_heads = 0, n_kv_heads = 0, head_dim = 0;
+  int64_t max_position = 0;
+  float rms_eps = 1e-6f;
+  RopeConfig rope;
+  QkNorm qk_norm = QkNorm::NONE;
+  bool attention_bias = false;
+  float clip_qkv = 0.f;  // 0: off
+  // Feed-forward: dense width, and the MoE (n_experts == 0: no MoE layers).
+  int64_t ffn_dim = 0;
+  int64_t n_experts = 0, top_k = 0, expert_dim = 0;
+  bool norm_topk_prob = true;
+  std::vector<bool> layer_is_moe;  // [n_layers]
+  bool tie_embeddings = false;
+  int64_t bos_token_id = -1;
+  std::vector<int64_t> eos_token_ids;
+
+  int64_t q_dim() const { return n_heads * head_dim; }
+  int64_t kv_dim() const { return n_kv_heads * head_dim; }
+  int64_t rotary_dim() const {
+    return static_cast<int64_t>(static_cast<double>(head_dim) * rope.partial_rotary_factor);
+  }
+};
+
+// Typed readers over config.json that name the file and key in their errors.
+struct JsonReader {
+  const nlohmann::json& j;
+  std::string path;
+  bool has(const char* key) const { return j.contains(key) && !j[key].is_null(); }
+  int64_t i64(const char* key) const;
+  int64_t i64_or(const char* key, int64_t dflt) const { return has(key) ? i64(key) : dflt; }
+  double f64(const char* key) const;
+  double f64_or(const char* key, double dflt) const { return has(key) ? f64(key) : dflt; }
+  bool boolean_or(const char* key, bool dflt) const;
+  std::string str_or(const char* key, const std::string& dflt) const;
+};
+
+// Reads config.json in dir (and generation_config.json's eos ids when present): the fields every
+// family shares. The family's configure() then adds its own. Throws ft::Error with the fix.
+ModelConfig read_model_config(const std::string& dir, nlohmann::json* raw = nullptr);
+
+// Parses rope_parameters (transformers 5) or rope_theta + rope_scaling (4.x).
+RopeConfig parse_rope(const JsonReader& r);
+
+// Validates cross-field invariants (divisibility, sizes); throws ft::Error naming the field.
+void validate_config(const ModelConfig& c, const std::string& path);
+
+}  // namespace ft

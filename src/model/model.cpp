@@ -1,0 +1,108 @@
+// Model::load (HF directory) and Model::synthetic (random in-memory weights for benchmarks).
+#include "model/model.h"
+
+#include <random>
+
+#include "base/error.h"
+#include "base/half.h"
+#include "base/log.h"
+
+namespace ft {
+
+void ModelWeights::for_each_matrix(const std::function<void(const TensorView&)>& fn) const {
+  fn(embed);
+  if (lm_head.data != embed.data) fn(lm_head);
+  for (const auto& L : layers) {
+    for (const Linear* l : {&L.q, &L.k, &L.v, &L.o}) fn(l->w);
+    for (const TensorView* t : {&L.gate, &L.up, &L.down, &L.router})
+      if (!t->empty()) fn(*t);
+    for (const auto& e : L.experts) {
+      fn(e.gate);
+      fn(e.up);
+      fn(e.down);
+    }
+  }
+}
+
+size_t Model::matrix_bytes() const {
+  size_t total = 0;
+  weights_.for_each_matrix([&](const TensorView& t) { total += t.nbytes(); });
+  return total;
+}
+
+std::unique_ptr<Model> Model::load(const std::string& dir) {
+  nlohmann::json raw;
+  ModelConfig config = read_model_config(dir, &raw);
+  const Family* family = find_family(config.model_type);
+  if (!family)
+    fail("{}/config.json: model_type '{}' is not supported (supported: {})", dir,
+         config.model_type, supported_families());
+  family->configure(JsonReader{raw, dir + "/config.json"}, config);
+  validate_config(config, dir + "/config.json");
+  std::unique_ptr<Model> m(new Model());
+  m->dir_ = dir;
+  m->config_ = std::move(config);
+  m->files_ = std::make_unique<SafetensorsSet>(SafetensorsSet::open_dir(dir));
+  m->weights_ = load_weights(m->config_, family->names, *m->files_);
+  return m;
+}
+
+std::unique_ptr<Model> Model::synthetic(const ModelConfig& config, uint64_t seed) {
+  validate_config(config, "synthetic config");
+  std::unique_ptr<Model> m(new Model());
+  m->dir_ = "(synthetic)";
+  m->config_ = config;
+  const ModelConfig& c = m->config_;
+  std::mt19937_64 rng(seed);
+  // A cheap generator: a table of random bf16 values tiled with a random offset per tensor,
+  // so building gigabytes of weights takes well under a second per GB.
+  std::vector<uint16_t> table(1 << 16);
+  std::normal_distribution<float> normal(0.f, 1.f);
+  for (auto& v : table) v = f32_to_bf16(normal(rng) * 0.05f);
+  auto make = [&](std::initializer_list<int64_t> shape, const char* name) {
+    TensorView t;
+    t.dtype = DType::BF16;
+    t.ndim = static_cast<int>(shape.size());
+    int i = 0;
+    for (int64_t d : shape) t.shape[i++] = d;
+    t.name = name;
+    std::vector<uint16_t> buf(t.numel());
+    size_t off = rng() % table.size();
+    for (size_t j = 0; j < buf.size(); ++j) buf[j] = table[(off + j * 7) % table.size()];
+    t.data = buf.data();
+    m->arena_.push_back(std::move(buf));
+    return t;
+  };
+  ModelWeights& w = m->weights_;
+  w.embed = make({c.vocab_size, c.hidden}, "embed");
+  w.lm_head = c.tie_embeddings ? w.embed : make({c.vocab_size, c.hidden}, "lm_head");
+  w.final_norm.assign(c.hidden, 1.f);
+  w.layers.resize(c.n_layers);
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    LayerWeights& L = w.layers[l];
+    L.attn_norm.assign(c.hidden, 1.f);
+    L.ffn_norm.assign(c.hidden, 1.f);
+    L.q.w = make({c.q_dim(), c.hidden}, "q");
+    L.k.w = make({c.kv_dim(), c.hidden}, "k");
+    L.v.w = make({c.kv_dim(), c.hidden}, "v");
+    L.o.w = make({c.hidden, c.q_dim()}, "o");
+    if (c.qk_norm == QkNorm::PER_HEAD) {
+      L.q_norm.assign(c.head_dim, 1.f);
+      L.k_norm.assign(c.head_dim, 1.f);
+    }
+    if (c.layer_is_moe[l]) {
+      L.router = make({c.n_experts, c.hidden}, "router");
+      L.experts.resize(c.n_experts);
+      for (auto& e : L.experts)
+        e = {make({c.expert_dim, c.hidden}, "gate"), make({c.expert_dim, c.hidden}, "up"),
+             make({c.hidden, c.expert_dim}, "down")};
+    } else {
+      L.gate = make({c.ffn_dim, c.hidden}, "gate");
+      L.up = make({c.ffn_dim, c.hidden}, "up");
+      L.down = make({c.hidden, c.ffn_dim}, "down");
+    }
+  }
+  return m;
+}
+
+}  // namespace ft

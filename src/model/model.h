@@ -1,0 +1,42 @@
+// A loaded model: config + immutable weights (views into mmapped files or an owned arena).
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "io/safetensors.h"
+#include "model/config.h"
+#include "model/family.h"
+#include "model/weights.h"
+
+namespace ft {
+
+class Model {
+ public:
+  // Loads an HF checkpoint directory (config.json + safetensors). Every tensor's dtype and
+  // shape is checked; errors are ft::Error naming the file and the fix.
+  static std::unique_ptr<Model> load(const std::string& dir);
+
+  // A model with random bf16 weights made in memory (benchmarks; no file).
+  static std::unique_ptr<Model> synthetic(const ModelConfig& config, uint64_t seed);
+
+  const ModelConfig& config() const { return config_; }
+  const ModelWeights& weights() const { return weights_; }
+  const std::string& dir() const { return dir_; }
+  // Bytes of all matrices (what a full pass over the weights reads).
+  size_t matrix_bytes() const;
+
+ private:
+  Model() = default;
+  std::string dir_;
+  ModelConfig config_;
+  std::unique_ptr<SafetensorsSet> files_;
+  std::vector<std::vector<uint16_t>> arena_;  // synthetic weights
+  ModelWeights weights_;
+};
+
+// Resolves checkpoint names into the canonical weights (model/loader.cpp).
+ModelWeights load_weights(const ModelConfig& c, const WeightNames& names,
+                          const SafetensorsSet& files);
+
+}  // namespace ft

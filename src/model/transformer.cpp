@@ -1,0 +1,129 @@
+// Transformer forward: embed -> [attention block, FFN block] x layers -> norm -> lm_head.
+#include "model/transformer.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "backend/cpu/kernels.h"
+#include "base/error.h"
+#include "ops/ops.h"
+
+namespace ft {
+
+KVCache::KVCache(const ModelConfig& c, int64_t cap)
+    : capacity(cap), kv_dim(c.kv_dim()), k(c.n_layers * cap * c.kv_dim()),
+      v(c.n_layers * cap * c.kv_dim()) {}
+
+Transformer::Transformer(const Model& model, ThreadPool& pool, int64_t max_chunk)
+    : model_(model), c_(model.config()), pool_(pool), max_chunk_(max_chunk),
+      rope_(c_.rope, c_.head_dim) {
+  const int64_t T = max_chunk_, H = c_.hidden;
+  x_.resize(T * H);
+  xn_.resize(T * H);
+  tmp_.resize(T * H);
+  q_.resize(T * c_.q_dim());
+  att_.resize(T * c_.q_dim());
+  k_.resize(T * c_.kv_dim());
+  v_.resize(T * c_.kv_dim());
+  gate_.resize(T * c_.ffn_dim);
+  up_.resize(T * c_.ffn_dim);
+  if (c_.n_experts > 0) {
+    router_.resize(T * c_.n_experts);
+    route_ids_.resize(T * c_.top_k);
+    route_w_.resize(T * c_.top_k);
+    experts_ = std::make_unique<CpuExperts>(model.weights(), H, c_.expert_dim, pool);
+  }
+}
+
+void Transformer::forward(const int32_t* ids, int64_t n, int64_t pos0, KVCache& kv,
+                          float* logits, bool all_logits) {
+  if (n <= 0) fail("forward: no tokens");
+  if (pos0 + n > kv.capacity)
+    fail("sequence of {} tokens exceeds the context size {}", pos0 + n, kv.capacity);
+  for (int64_t i = 0; i < n; ++i)
+    if (ids[i] < 0 || ids[i] >= c_.vocab_size)
+      fail("token id {} is out of range [0, {})", ids[i], c_.vocab_size);
+  const int64_t H = c_.hidden, V = c_.vocab_size;
+  const auto& w = model_.weights();
+  for (int64_t s = 0; s < n; s += max_chunk_) {
+    const int64_t m = std::min(max_chunk_, n - s);
+    forward_chunk(ids + s, m, pos0 + s, kv);
+    if (all_logits) {
+      ops::rmsnorm(pool_, x_.data(), m, H, w.final_norm.data(), c_.rms_eps, xn_.data());
+      ops::matmul(pool_, xn_.data(), m, w.lm_head, logits + s * V);
+    } else if (s + m == n) {
+      ops::rmsnorm(pool_, x_.data() + (m - 1) * H, 1, H, w.final_norm.data(), c_.rms_eps,
+                   xn_.data());
+      ops::matmul(pool_, xn_.data(), 1, w.lm_head, logits);
+    }
+  }
+}
+
+void Transformer::forward_chunk(const int32_t* ids, int64_t n, int64_t pos0, KVCache& kv) {
+  ops::embed(model_.weights().embed, ids, n, x_.data());
+  for (int64_t l = 0; l < c_.n_layers; ++l) {
+    attention_block(l, n, pos0, kv);
+    ffn_block(l, n);
+  }
+}
+
+void Transformer::attention_block(int64_t l, int64_t n, int64_t pos0, KVCache& kv) {
+  const auto& L = model_.weights().layers[l];
+  const int64_t H = c_.hidden, qd = c_.q_dim(), kvd = c_.kv_dim(), hd = c_.head_dim;
+  const auto& k = cpu::kernels();
+  ops::rmsnorm(pool_, x_.data(), n, H, L.attn_norm.data(), c_.rms_eps, xn_.data());
+  ops::matmul(pool_, xn_.data(), n, L.q.w, q_.data(), L.q.bias.empty() ? nullptr : L.q.bias.data());
+  ops::matmul(pool_, xn_.data(), n, L.k.w, k_.data(), L.k.bias.empty() ? nullptr : L.k.bias.data());
+  ops::matmul(pool_, xn_.data(), n, L.v.w, v_.data(), L.v.bias.empty() ? nullptr : L.v.bias.data());
+  for (int64_t t = 0; t < n; ++t) {
+    float* q = q_.data() + t * qd;
+    float* kk = k_.data() + t * kvd;
+    float* vv = v_.data() + t * kvd;
+    if (c_.qk_norm == QkNorm::PER_HEAD) {
+      for (int64_t h = 0; h < c_.n_heads; ++h) k.rmsnorm(q + h * hd, L.q_norm.data(), c_.rms_eps, hd, q + h * hd);
+      for (int64_t h = 0; h < c_.n_kv_heads; ++h) k.rmsnorm(kk + h * hd, L.k_norm.data(), c_.rms_eps, hd, kk + h * hd);
+    } else if (c_.qk_norm == QkNorm::FULL) {
+      k.rmsnorm(q, L.q_norm.data(), c_.rms_eps, qd, q);
+      k.rmsnorm(kk, L.k_norm.data(), c_.rms_eps, kvd, kk);
+    }
+    if (c_.clip_qkv > 0) {
+      auto clip = [&](float* p, int64_t m) {
+        for (int64_t i = 0; i < m; ++i) p[i] = std::clamp(p[i], -c_.clip_qkv, c_.clip_qkv);
+      };
+      clip(q, qd);
+      clip(kk, kvd);
+      clip(vv, kvd);
+    }
+    rope_.apply(q, c_.n_heads, pos0 + t);
+    rope_.apply(kk, c_.n_kv_heads, pos0 + t);
+    std::copy_n(kk, kvd, kv.k_at(l, pos0 + t));
+    std::copy_n(vv, kvd, kv.v_at(l, pos0 + t));
+  }
+  ops::attention(pool_, {.q = q_.data(), .n_tokens = n, .pos0 = pos0, .k_cache = kv.k_at(l, 0),
+                         .v_cache = kv.v_at(l, 0), .n_heads = c_.n_heads,
+                         .n_kv_heads = c_.n_kv_heads, .head_dim = hd,
+                         .scale = 1.f / std::sqrt(static_cast<float>(hd)), .out = att_.data()});
+  ops::matmul(pool_, att_.data(), n, L.o.w, tmp_.data(), L.o.bias.empty() ? nullptr : L.o.bias.data());
+  for (int64_t i = 0; i < n * H; ++i) x_[i] += tmp_[i];
+}
+
+void Transformer::ffn_block(int64_t l, int64_t n) {
+  const auto& L = model_.weights().layers[l];
+  const int64_t H = c_.hidden;
+  ops::rmsnorm(pool_, x_.data(), n, H, L.ffn_norm.data(), c_.rms_eps, xn_.data());
+  if (c_.layer_is_moe[l]) {
+    ops::matmul(pool_, xn_.data(), n, L.router, router_.data());
+    ops::route_topk_softmax(router_.data(), n, c_.n_experts, c_.top_k, c_.norm_topk_prob,
+                            route_ids_.data(), route_w_.data());
+    experts_->apply({.layer = l, .x = xn_.data(), .n_tokens = n, .ids = route_ids_.data(),
+                     .weights = route_w_.data(), .top_k = c_.top_k, .out = tmp_.data()});
+  } else {
+    ops::matmul(pool_, xn_.data(), n, L.gate, gate_.data());
+    ops::matmul(pool_, xn_.data(), n, L.up, up_.data());
+    ops::silu_mul(pool_, gate_.data(), up_.data(), n * c_.ffn_dim, gate_.data());
+    ops::matmul(pool_, gate_.data(), n, L.down, tmp_.data());
+  }
+  for (int64_t i = 0; i < n * H; ++i) x_[i] += tmp_[i];
+}
+
+}  // namespace ft

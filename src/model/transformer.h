@@ -1,0 +1,54 @@
+// The shared MoE transformer forward (attention block + dense-or-MoE FFN block) used by every
+// family whose layers are "pre-norm attention, pre-norm FFN". Runs on the CPU thread pool.
+#pragma once
+#include <memory>
+#include <vector>
+
+#include "backend/cpu/thread_pool.h"
+#include "experts/experts.h"
+#include "model/model.h"
+#include "model/rope.h"
+
+namespace ft {
+
+// Per-sequence KV cache, owned by the caller. k/v: [n_layers, capacity, kv_dim] f32.
+struct KVCache {
+  KVCache(const ModelConfig& c, int64_t capacity);
+  int64_t capacity, kv_dim;
+  std::vector<float> k, v;
+  float* k_at(int64_t layer, int64_t pos) { return k.data() + (layer * capacity + pos) * kv_dim; }
+  float* v_at(int64_t layer, int64_t pos) { return v.data() + (layer * capacity + pos) * kv_dim; }
+};
+
+class Transformer {
+ public:
+  // max_chunk: most tokens processed in one pass (longer prompts are chunked). All scratch is
+  // allocated here, once.
+  Transformer(const Model& model, ThreadPool& pool, int64_t max_chunk = 256);
+
+  // Runs tokens ids[0..n) at positions pos0.. (kv must already hold positions 0..pos0-1).
+  // logits: [n, vocab] when all_logits, else [1, vocab] for the last token.
+  // Throws ft::Error if an id is out of range or the sequence would overflow the cache.
+  void forward(const int32_t* ids, int64_t n, int64_t pos0, KVCache& kv, float* logits,
+               bool all_logits);
+
+  const Model& model() const { return model_; }
+  ThreadPool& pool() { return pool_; }
+
+ private:
+  void forward_chunk(const int32_t* ids, int64_t n, int64_t pos0, KVCache& kv);
+  void attention_block(int64_t layer, int64_t n, int64_t pos0, KVCache& kv);
+  void ffn_block(int64_t layer, int64_t n);
+
+  const Model& model_;
+  const ModelConfig& c_;
+  ThreadPool& pool_;
+  int64_t max_chunk_;
+  Rope rope_;
+  std::unique_ptr<Experts> experts_;
+  // Scratch, [max_chunk, width]:
+  std::vector<float> x_, xn_, q_, k_, v_, att_, tmp_, gate_, up_, router_, route_w_;
+  std::vector<int32_t> route_ids_;
+};
+
+}  // namespace ft

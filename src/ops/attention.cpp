@@ -1,0 +1,62 @@
+// CPU causal GQA attention over the KV cache: one task per (token, head), fp32 softmax.
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "backend/cpu/kernels.h"
+#include "ops/ops.h"
+
+namespace ft::ops {
+
+void attention(ThreadPool& pool, const AttentionArgs& a) {
+  const auto& k = cpu::kernels();
+  const int64_t group = a.n_heads / a.n_kv_heads, kv_dim = a.n_kv_heads * a.head_dim;
+  const int64_t q_dim = a.n_heads * a.head_dim;
+  pool.run(a.n_tokens * a.n_heads, 1, [&](int64_t b0, int64_t b1) {
+    thread_local std::vector<float> scores;
+    for (int64_t task = b0; task < b1; ++task) {
+      const int64_t t = task / a.n_heads, h = task % a.n_heads, g = h / group;
+      const int64_t len = a.pos0 + t + 1;  // causal: keys 0..pos inclusive
+      if (static_cast<int64_t>(scores.size()) < len) scores.resize(len);
+      const float* q = a.q + t * q_dim + h * a.head_dim;
+      float mx = -INFINITY;
+      for (int64_t j = 0; j < len; ++j) {
+        scores[j] = k.dot(q, a.k_cache + j * kv_dim + g * a.head_dim, a.head_dim) * a.scale;
+        mx = std::max(mx, scores[j]);
+      }
+      float sum = 0.f;
+      for (int64_t j = 0; j < len; ++j) {
+        scores[j] = std::exp(scores[j] - mx);
+        sum += scores[j];
+      }
+      float* out = a.out + t * q_dim + h * a.head_dim;
+      std::fill(out, out + a.head_dim, 0.f);
+      const float inv = 1.f / sum;
+      for (int64_t j = 0; j < len; ++j)
+        k.axpy(scores[j] * inv, a.v_cache + j * kv_dim + g * a.head_dim, out, a.head_dim);
+    }
+  });
+}
+
+void route_topk_softmax(const float* logits, int64_t n, int64_t n_experts, int64_t top_k,
+                        bool renormalize, int32_t* ids, float* weights) {
+  std::vector<float> p(n_experts);
+  std::vector<int32_t> order(n_experts);
+  for (int64_t t = 0; t < n; ++t) {
+    const float* l = logits + t * n_experts;
+    float mx = *std::max_element(l, l + n_experts), sum = 0.f;
+    for (int64_t e = 0; e < n_experts; ++e) sum += (p[e] = std::exp(l[e] - mx));
+    for (int64_t e = 0; e < n_experts; ++e) p[e] /= sum;
+    for (int64_t e = 0; e < n_experts; ++e) order[e] = static_cast<int32_t>(e);
+    std::partial_sort(order.begin(), order.begin() + top_k, order.end(),
+                      [&](int32_t x, int32_t y) { return p[x] > p[y] || (p[x] == p[y] && x < y); });
+    float s = 0.f;
+    for (int64_t i = 0; i < top_k; ++i) s += p[order[i]];
+    for (int64_t i = 0; i < top_k; ++i) {
+      ids[t * top_k + i] = order[i];
+      weights[t * top_k + i] = renormalize ? p[order[i]] / s : p[order[i]];
+    }
+  }
+}
+
+}  // namespace ft::ops

@@ -1,0 +1,120 @@
+// CPU implementation of ops.h over the ISA-dispatched kernel table.
+#include <algorithm>
+#include <vector>
+
+#include "backend/cpu/kernels.h"
+#include "base/error.h"
+#include "base/half.h"
+#include "ops/ops.h"
+
+namespace ft::ops {
+
+namespace {
+// Rows per task: small enough to balance threads, a multiple of the 4-row micro-kernel.
+int64_t row_block(int64_t rows, int64_t n, int threads) {
+  int64_t b = std::max<int64_t>(16, rows / (threads * 8));
+  if (n > 64) b = std::max<int64_t>(b, 64);
+  return (b + 3) & ~int64_t{3};
+}
+
+void gemm_rows(const float* x, int64_t n, const TensorView& w, int64_t r0, int64_t r1, float* y) {
+  const auto& k = cpu::kernels();
+  const int64_t cols = w.shape[1], rows = w.shape[0];
+  switch (w.dtype) {
+    case DType::F32: k.gemm_f32(x, n, cols, w.as<float>(), r0, r1, y, rows); break;
+    case DType::BF16:
+      k.gemm_bf16(x, n, cols, static_cast<const cpu::bf16_t*>(w.data), r0, r1, y, rows);
+      break;
+    case DType::F16:
+      k.gemm_f16(x, n, cols, static_cast<const cpu::f16_t*>(w.data), r0, r1, y, rows);
+      break;
+    default: FT_CHECK(false, "matmul: unsupported weight dtype {}", dtype_name(w.dtype));
+  }
+}
+}  // namespace
+
+void matmul(ThreadPool& pool, const float* x, int64_t n, const TensorView& w, float* y,
+            const float* bias) {
+  FT_CHECK(w.ndim == 2, "matmul: {} must be 2-D", w.name);
+  const int64_t rows = w.shape[0];
+  const int64_t block = row_block(rows, n, pool.size());
+  pool.run((rows + block - 1) / block, 1, [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      int64_t r0 = b * block, r1 = std::min(rows, r0 + block);
+      gemm_rows(x, n, w, r0, r1, y);
+      if (bias)
+        for (int64_t t = 0; t < n; ++t)
+          for (int64_t r = r0; r < r1; ++r) y[t * rows + r] += bias[r];
+    }
+  });
+}
+
+void matmul_grouped(ThreadPool& pool, std::span<const GemmProblem> problems) {
+  struct Task {
+    int32_t problem;
+    int64_t r0, r1;
+  };
+  std::vector<Task> tasks;
+  for (size_t p = 0; p < problems.size(); ++p) {
+    const TensorView& w = *problems[p].w;
+    FT_CHECK(w.ndim == 2, "matmul_grouped: {} must be 2-D", w.name);
+    const int64_t rows = w.shape[0], block = row_block(rows, problems[p].n, pool.size());
+    for (int64_t r = 0; r < rows; r += block)
+      tasks.push_back({static_cast<int32_t>(p), r, std::min(rows, r + block)});
+  }
+  pool.run(static_cast<int64_t>(tasks.size()), 1, [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      const Task& t = tasks[b];
+      const GemmProblem& p = problems[t.problem];
+      gemm_rows(p.x, p.n, *p.w, t.r0, t.r1, p.y);
+    }
+  });
+}
+
+void rmsnorm(ThreadPool& pool, const float* x, int64_t n, int64_t dim, const float* w, float eps,
+             float* y) {
+  const auto& k = cpu::kernels();
+  auto rows = [&](int64_t a, int64_t b) {
+    for (int64_t i = a; i < b; ++i) k.rmsnorm(x + i * dim, w, eps, dim, y + i * dim);
+  };
+  if (n * dim < 65536)
+    rows(0, n);
+  else
+    pool.run(n, std::max<int64_t>(1, 16384 / dim), rows);
+}
+
+void silu_mul(ThreadPool& pool, const float* g, const float* u, int64_t count, float* y) {
+  const auto& k = cpu::kernels();
+  constexpr int64_t chunk = 16384;
+  if (count <= chunk) {
+    k.silu_mul(g, u, count, y);
+    return;
+  }
+  pool.run((count + chunk - 1) / chunk, 1, [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      int64_t s = b * chunk, e = std::min(count, s + chunk);
+      k.silu_mul(g + s, u + s, e - s, y + s);
+    }
+  });
+}
+
+void embed(const TensorView& table, const int32_t* ids, int64_t n, float* out) {
+  const int64_t dim = table.shape[1];
+  for (int64_t i = 0; i < n; ++i) {
+    FT_CHECK(ids[i] >= 0 && ids[i] < table.shape[0], "token id {} out of range", ids[i]);
+    float* o = out + i * dim;
+    const size_t row = static_cast<size_t>(ids[i]) * dim;
+    switch (table.dtype) {
+      case DType::F32: std::copy_n(table.as<float>() + row, dim, o); break;
+      case DType::BF16:
+        for (int64_t j = 0; j < dim; ++j) o[j] = bf16_to_f32(table.as<uint16_t>()[row + j]);
+        break;
+      case DType::F16:
+        for (int64_t j = 0; j < dim; ++j) o[j] = f16_to_f32(table.as<uint16_t>()[row + j]);
+        break;
+      default: FT_CHECK(false, "embed: unsupported dtype");
+    }
+  }
+}
+
+}  // namespace ft::ops

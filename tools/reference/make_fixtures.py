@@ -1,0 +1,211 @@
+#!/usr/bin/env python3
+"""Writes tiny random-weight checkpoints of each supported family plus reference outputs.
+
+Runs on the GPU machine (torch + transformers). For each fixture it writes, under OUT/<name>/:
+  config.json, model*.safetensors (hub-style names, bf16/f16/f32), reference.safetensors with
+  prompt_ids [T] i64, prefill_logits [T, V] f32, greedy_ids [N] i64, decode_logits [N, V] f32,
+  and reference.json (versions, shapes). Weights are rounded to the stored dtype first and the
+  reference runs in fp32 on those rounded values, so the engine sees exactly what torch saw.
+Norm weights and biases get non-trivial values so a wrong formula shows.
+
+usage: make_fixtures.py OUT_DIR [--device cuda|cpu]
+"""
+import json
+import math
+import os
+import re
+import sys
+
+import torch
+import transformers
+from safetensors.torch import save_file
+
+N_GREEDY = 16
+PROMPT_LEN = 24
+
+
+def fixture_specs():
+    """(name, model class, config kwargs, stored dtype, expert layout, shards)."""
+    from transformers import (MixtralConfig, MixtralForCausalLM, OlmoeConfig, OlmoeForCausalLM,
+                              Qwen3MoeConfig, Qwen3MoeForCausalLM)
+    common = dict(vocab_size=1000, hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
+                  max_position_embeddings=4096, rms_norm_eps=1e-6, tie_word_embeddings=False,
+                  bos_token_id=1, eos_token_id=2, pad_token_id=0)
+    return [
+        ("qwen3_moe", Qwen3MoeForCausalLM, Qwen3MoeConfig, dict(
+            common, num_hidden_layers=4, head_dim=32, intermediate_size=96,
+            moe_intermediate_size=32, num_experts=8, num_experts_per_tok=2,
+            decoder_sparse_step=1, mlp_only_layers=[1], norm_topk_prob=True,
+            rope_theta=10000.0), torch.bfloat16, "per_expert", 1),
+        ("qwen3_moe_yarn", Qwen3MoeForCausalLM, Qwen3MoeConfig, dict(
+            common, num_hidden_layers=4, head_dim=16, intermediate_size=80,
+            moe_intermediate_size=24, num_experts=6, num_experts_per_tok=3,
+            decoder_sparse_step=2, mlp_only_layers=[], norm_topk_prob=False,
+            attention_bias=True, rope_theta=50000.0,
+            rope_scaling={"rope_type": "yarn", "factor": 4.0,
+                          "original_max_position_embeddings": 1024}),
+         torch.bfloat16, "stacked", 2),
+        ("mixtral", MixtralForCausalLM, MixtralConfig, dict(
+            common, num_hidden_layers=3, head_dim=16, intermediate_size=48,
+            num_local_experts=4, num_experts_per_tok=2, sliding_window=None,
+            rope_theta=1000000.0), torch.float16, "per_expert", 1),
+        ("olmoe", OlmoeForCausalLM, OlmoeConfig, dict(
+            common, num_hidden_layers=3, intermediate_size=32, num_experts=8,
+            num_experts_per_tok=2, norm_topk_prob=False, rope_theta=10000.0,
+            rope_scaling={"rope_type": "linear", "factor": 2.0}),
+         torch.float32, "per_expert", 1),
+    ]
+
+
+def make_config(config_cls, kwargs):
+    kwargs = dict(kwargs)
+    scaling = kwargs.pop("rope_scaling", None)
+    theta = kwargs.pop("rope_theta")
+    config = config_cls(**kwargs)
+    params = {"rope_type": "default", "rope_theta": theta}
+    if scaling:
+        params.update(scaling)
+    # transformers 5 keeps rope settings in rope_parameters; 4.x in rope_theta/rope_scaling.
+    if hasattr(config, "rope_parameters"):
+        config.rope_parameters = params
+    else:
+        config.rope_theta = theta
+        config.rope_scaling = scaling
+    config._attn_implementation = "eager"
+    return config
+
+
+def randomize(model, gen, dtype):
+    """Random weights with unit-scale activations; norms ~1±0.3, biases ~0.1; rounded to dtype."""
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name:
+                v = 1.0 + 0.3 * torch.randn(p.shape, generator=gen)
+            elif name.endswith("bias"):
+                v = 0.1 * torch.randn(p.shape, generator=gen)
+            elif "embed_tokens" in name:
+                v = torch.randn(p.shape, generator=gen)
+            else:
+                fan_in = p.shape[-1]
+                v = torch.randn(p.shape, generator=gen) * (1.5 / math.sqrt(fan_in))
+            p.copy_(v.to(dtype).to(torch.float32))
+
+
+def hub_state_dict(model, layout, family):
+    """Names as checkpoints on the hub spell them: per-expert (legacy) or stacked 3-D experts.
+
+    Accepts either layout from the installed transformers and writes the one asked for."""
+    per_expert = {}
+    for name, t in model.state_dict().items():
+        per_expert.update(split_experts(name, t.detach().cpu().contiguous()))
+    if family == "mixtral":  # the hub's Mixtral names
+        renamed = {}
+        for name, t in per_expert.items():
+            name = name.replace(".mlp.", ".block_sparse_moe.")
+            name = re.sub(r"experts\.(\d+)\.gate_proj", r"experts.\1.w1", name)
+            name = re.sub(r"experts\.(\d+)\.down_proj", r"experts.\1.w2", name)
+            name = re.sub(r"experts\.(\d+)\.up_proj", r"experts.\1.w3", name)
+            renamed[name] = t
+        per_expert = renamed
+    return per_expert if layout == "per_expert" else stack_experts(per_expert)
+
+
+def split_experts(name, t):
+    if name.endswith("experts.gate_up_proj"):
+        prefix, inter = name[: -len("gate_up_proj")], t.shape[1] // 2
+        out = {}
+        for e in range(t.shape[0]):
+            out[f"{prefix}{e}.gate_proj.weight"] = t[e, :inter].clone()
+            out[f"{prefix}{e}.up_proj.weight"] = t[e, inter:].clone()
+        return out
+    if name.endswith("experts.down_proj"):
+        prefix = name[: -len("down_proj")]
+        return {f"{prefix}{e}.down_proj.weight": t[e].clone() for e in range(t.shape[0])}
+    return {name: t}
+
+
+def stack_experts(state):
+    """Per-expert -> transformers-5 stacked: gate_up_proj [E, 2I, H], down_proj [E, H, I]."""
+    groups, out = {}, {}
+    for name, t in state.items():
+        m = re.match(r"(.*experts\.)(\d+)\.(gate_proj|up_proj|down_proj)\.weight$", name)
+        if not m:
+            out[name] = t
+            continue
+        groups.setdefault(m.group(1), {}).setdefault(m.group(3), {})[int(m.group(2))] = t
+    for prefix, g in groups.items():
+        n = len(g["gate_proj"])
+        out[prefix + "gate_up_proj"] = torch.stack(
+            [torch.cat([g["gate_proj"][e], g["up_proj"][e]]) for e in range(n)])
+        out[prefix + "down_proj"] = torch.stack([g["down_proj"][e] for e in range(n)])
+    return out
+
+
+def save_weights(state, out_dir, dtype, shards):
+    state = {k: v.to(dtype).contiguous() for k, v in state.items()}
+    names = sorted(state)
+    if shards == 1:
+        save_file(state, os.path.join(out_dir, "model.safetensors"), metadata={"format": "pt"})
+        return
+    per = math.ceil(len(names) / shards)
+    weight_map = {}
+    for i in range(shards):
+        part = names[i * per:(i + 1) * per]
+        fname = f"model-{i + 1:05d}-of-{shards:05d}.safetensors"
+        save_file({k: state[k] for k in part}, os.path.join(out_dir, fname),
+                  metadata={"format": "pt"})
+        weight_map.update({k: fname for k in part})
+    total = sum(v.numel() * v.element_size() for v in state.values())
+    with open(os.path.join(out_dir, "model.safetensors.index.json"), "w") as f:
+        json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f, indent=2)
+
+
+def write_fixture(out_root, spec, device, seed):
+    name, model_cls, config_cls, kwargs, dtype, layout, shards = spec
+    out_dir = os.path.join(out_root, name)
+    os.makedirs(out_dir, exist_ok=True)
+    gen = torch.Generator().manual_seed(seed)
+    config = make_config(config_cls, kwargs)
+    model = model_cls(config).eval()
+    randomize(model, gen, dtype)
+    config.save_pretrained(out_dir)
+    state = hub_state_dict(model, layout, config.model_type)
+    save_weights(state, out_dir, dtype, shards)
+
+    model = model.to(device)
+    prompt = torch.randint(3, config.vocab_size, (PROMPT_LEN,), generator=gen)
+    ids = prompt[None].to(device)
+    with torch.no_grad():
+        prefill = model(ids).logits[0].float().cpu()
+        out = model.generate(ids, max_new_tokens=N_GREEDY, min_new_tokens=N_GREEDY,
+                             do_sample=False, output_scores=True, return_dict_in_generate=True,
+                             eos_token_id=None, pad_token_id=0)
+    greedy = out.sequences[0, PROMPT_LEN:].cpu()
+    decode_logits = torch.stack([s[0].float().cpu() for s in out.scores])
+    save_file({"prompt_ids": prompt.to(torch.int64), "prefill_logits": prefill.contiguous(),
+               "greedy_ids": greedy.to(torch.int64), "decode_logits": decode_logits.contiguous()},
+              os.path.join(out_dir, "reference.safetensors"))
+    meta = {"family": config.model_type, "torch": torch.__version__,
+            "transformers": transformers.__version__, "stored_dtype": str(dtype),
+            "expert_layout": layout, "shards": shards, "seed": seed, "device": device,
+            "prompt_len": PROMPT_LEN, "n_greedy": N_GREEDY,
+            "weight_names": sorted(state)[:12] + ["..."]}
+    with open(os.path.join(out_dir, "reference.json"), "w") as f:
+        json.dump(meta, f, indent=2)
+    print(f"{name}: {sum(v.numel() for v in state.values())} params, greedy {greedy.tolist()}")
+
+
+def main():
+    out_root = sys.argv[1]
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    if "--device" in sys.argv:
+        device = sys.argv[sys.argv.index("--device") + 1]
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    print("torch", torch.__version__, "transformers", transformers.__version__, "device", device)
+    for i, spec in enumerate(fixture_specs()):
+        write_fixture(out_root, spec, device, seed=1234 + i)
+
+
+if __name__ == "__main__":
+    main()
