@@ -8,6 +8,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 const [ftBin, nodeModules] = process.argv.slice(2);
+import os from 'node:os';
 if (!ftBin || !nodeModules) {
   console.error('usage: node parity.mjs <ft binary> <node_modules dir>');
   process.exit(2);
@@ -84,6 +85,38 @@ function runFt(dir, requests) {
   return res.stdout.split('\n').filter((l) => l.length).map((l) => JSON.parse(l));
 }
 
+// `ft tokenize --chat`: the prompt must equal @huggingface/jinja's rendering of the model's
+// template and the ids must equal the reference encode(prompt, add_special_tokens=False), which
+// is what transformers' apply_chat_template(tokenize=True) does.
+const CHAT_REQUEST = {
+  messages: [
+    { role: 'system', content: 'You are terse.' },
+    { role: 'user', content: 'Hi <|im_start|> there 😀\n\n  tabs\tand 12345' },
+    { role: 'assistant', content: 'Hello!' },
+    { role: 'user', content: 'Count: 1 2 3' },
+  ],
+};
+
+async function checkChat(model, dir, ref, config) {
+  if (typeof config.chat_template !== 'string') return null;
+  const { Template } = await import(path.join(nodeModules, '@huggingface', 'jinja', 'dist', 'index.js'));
+  const file = path.join(os.tmpdir(), `ft_parity_chat_${process.pid}.json`);
+  fs.writeFileSync(file, JSON.stringify(CHAT_REQUEST));
+  const res = spawnSync(ftBin, ['tokenize', '--model', dir, '--chat', file], { encoding: 'utf8' });
+  fs.unlinkSync(file);
+  if (res.status !== 0) return `ft --chat failed: ${res.stderr.trim()}`;
+  const out = JSON.parse(res.stdout);
+  const tokText = (t) => (t && typeof t === 'object' ? t.content : t);
+  const want = new Template(config.chat_template).render({
+    ...CHAT_REQUEST, add_generation_prompt: true,
+    bos_token: tokText(config.bos_token) ?? '', eos_token: tokText(config.eos_token) ?? '',
+  });
+  if (out.prompt !== want) return `prompt: want ${show(want)}\n      got  ${show(out.prompt)}`;
+  const ids = (await ref.encode(want, null, { addSpecialTokens: false })).getIds();
+  if (JSON.stringify(ids) !== JSON.stringify(out.ids)) return `ids differ for ${show(want)}`;
+  return '';
+}
+
 const show = (s) => JSON.stringify(s.length > 200 ? s.slice(0, 200) + '…' : s);
 
 async function checkModel(model, pieces, invalid) {
@@ -135,6 +168,11 @@ async function checkModel(model, pieces, invalid) {
 
   const results = runFt(dir, requests);
   let failed = 0;
+  const chat = await checkChat(model, dir, ref, config);
+  if (chat !== null) {
+    expects.push({ what: 'chat template prompt + ids', check: () => chat || null });
+    results.push({});
+  }
   for (let i = 0; i < expects.length; i++) {
     const err = results[i] ? expects[i].check(results[i]) : 'no result';
     if (err) {
