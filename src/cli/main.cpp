@@ -1,12 +1,19 @@
 // ft entry point: builds the command tree, runs the chosen command, turns errors into one line.
 #include <cstdio>
 
+#include <string>
+
+#include "backend/cpu/kernels.h"
+#include "backend/cuda/cuda_ops.h"
 #include "base/error.h"
 #include "cli/commands.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"ft: Mixture-of-Experts inference engine", "ft"};
-  app.set_version_flag("--version", "ft " FT_VERSION);
+  app.set_version_flag("--version", [] {
+    return std::string("ft " FT_VERSION "\ncpu: ") + ft::cpu::kernels().isa +
+           "\ncuda: " + ft::cuda::device_summary();
+  });
   app.require_subcommand(1);
   ft::cli::add_logits_command(app);
   ft::cli::add_run_command(app);
