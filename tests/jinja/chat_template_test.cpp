@@ -1,0 +1,2 @@
+// ChatTemplate tests.
+#include <gtest/gtest.h>

@@ -1,0 +1,3 @@
+// Unit tests of the Jinja interpreter.
+#include <gtest/gtest.h>
+TEST(Jinja, Placeholder) {}
