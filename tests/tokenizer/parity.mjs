@@ -29,7 +29,41 @@ function corpusPieces() {
     pieces.add(text);
     for (const line of text.split(/(?<=\n)/)) pieces.add(line);
   }
+  for (const p of fuzzPieces(400)) pieces.add(p);
   return [...pieces];
+}
+
+// Seeded random strings mixing scripts, marks, whitespace, digits, emoji, special-token
+// fragments and random code points, to shake out regex and Unicode-table differences.
+function fuzzPieces(n) {
+  let seed = 12345;
+  const rand = (k) => { seed = (seed * 1103515245 + 12345) % 2147483648; return seed % k; };
+  const atoms = ['a', 'Z', 'é', 'e\u0301', 'ß', 'İ', 'ſ', 'K', "'s", "'RE", "'ll", ' ', '  ', '\t', '\n',
+    '\r\n', '\r', '\u00a0', '\u3000', '\u2009', '\u0085', '\u200b', '\u200d', '\ufeff', '0', '7', '٣',
+    '१', '½', '²', '中', '文', 'の', 'カ', '한', 'ا', 'ب', 'ً', 'ह', 'ि', '😀', '👍🏽', '🇯🇵', '❤️', '.', ',', '!',
+    '?', '-', '_', '/', '\\', '"', '<', '>', '|', '<|im_start|>', '<|endoftext|>', '<s>', '<bos>',
+    '<0xE2>', '▁', '▁▁', 'http://x.y/z', '123456789', 'ǅ', 'ʰ', 'ᾈ', '\u0301', '\u20dd', '𝐀', '𓀀'];
+  const out = [];
+  for (let i = 0; i < n; i++) {
+    let s = '';
+    const len = 1 + rand(24);
+    for (let j = 0; j < len; j++) {
+      if (rand(5) === 0) {
+        // Supplementary-plane picks stay in blocks that are stable since Unicode 10:
+        // PCRE2 10.42 has Unicode 14 tables while HF's Oniguruma is newer, so letters
+        // assigned later (CJK Ext H/I, Kawi, ...) are a known, documented difference.
+        const stable = [[0x1f300, 0x1f650], [0x1d400, 0x1d6a0], [0x20000, 0x2a6d0], [0x13000, 0x1342f]];
+        const [lo, hi] = stable[rand(stable.length)];
+        let cp = rand(4) === 0 ? lo + rand(hi - lo) : rand(0xd800);
+        if (cp < 0x20 && cp !== 9 && cp !== 10 && cp !== 13) cp += 0x20;
+        s += String.fromCodePoint(cp);
+      } else {
+        s += atoms[rand(atoms.length)];
+      }
+    }
+    out.push(s);
+  }
+  return out;
 }
 
 // GPT-2 byte -> char table, for building byte-level token ids from raw bytes.
