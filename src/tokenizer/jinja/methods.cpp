@@ -152,6 +152,12 @@ const std::vector<std::pair<std::string, Method>>& string_methods() {
       {"center", [](const Value& s, const Args& a) { return Value(pad(s.str(), int_arg(a.get(0, "width"), 0), to_str(a.get(1, "fillchar", Value(" "))), 0)); }},
       {"ljust", [](const Value& s, const Args& a) { return Value(pad(s.str(), int_arg(a.get(0, "width"), 0), to_str(a.get(1, "fillchar", Value(" "))), -1)); }},
       {"rjust", [](const Value& s, const Args& a) { return Value(pad(s.str(), int_arg(a.get(0, "width"), 0), to_str(a.get(1, "fillchar", Value(" "))), 1)); }},
+      {"zfill", [](const Value& s, const Args& a) {
+         std::string x = s.str();
+         size_t sign = !x.empty() && (x[0] == '-' || x[0] == '+');
+         int64_t fill = int_arg(a.get(0, "width"), 0) - int64_t(py_len(x));
+         if (fill > 0) x.insert(sign, std::string(size_t(fill), '0'));
+         return Value(x); }},
       {"removeprefix", [](const Value& s, const Args& a) {
          const std::string& p = str_arg(a.get(0, "prefix"), "removeprefix");
          return Value(s.str().compare(0, p.size(), p) == 0 ? s.str().substr(p.size()) : s.str()); }},
