@@ -38,16 +38,12 @@ Transformer::Transformer(const Model& model, ThreadPool& pool, int64_t max_chunk
 void Transformer::forward(const int32_t* ids, int64_t n, int64_t pos0, KVCache& kv,
                           float* logits, bool all_logits) {
   if (n <= 0) fail("forward: no tokens");
-  if (pos0 + n > kv.capacity)
-    fail("sequence of {} tokens exceeds the context size {}", pos0 + n, kv.capacity);
-  for (int64_t i = 0; i < n; ++i)
-    if (ids[i] < 0 || ids[i] >= c_.vocab_size)
-      fail("token id {} is out of range [0, {})", ids[i], c_.vocab_size);
   const int64_t H = c_.hidden, V = c_.vocab_size;
   const auto& w = model_.weights();
   for (int64_t s = 0; s < n; s += max_chunk_) {
     const int64_t m = std::min(max_chunk_, n - s);
-    forward_chunk(ids + s, m, pos0 + s, kv);
+    const SeqStep step{.kv = &kv, .ids = ids + s, .n = m, .pos0 = pos0 + s, .logits = nullptr};
+    run_layers(std::span<const SeqStep>(&step, 1));
     if (all_logits) {
       ops::rmsnorm(pool_, x_.data(), m, H, w.final_norm.data(), c_.rms_eps, xn_.data());
       ops::matmul(pool_, xn_.data(), m, w.lm_head, logits + s * V);
@@ -59,15 +55,47 @@ void Transformer::forward(const int32_t* ids, int64_t n, int64_t pos0, KVCache& 
   }
 }
 
-void Transformer::forward_chunk(const int32_t* ids, int64_t n, int64_t pos0, KVCache& kv) {
-  ops::embed(model_.weights().embed, ids, n, x_.data());
+void Transformer::forward_batch(std::span<const SeqStep> seqs) {
+  const int64_t H = c_.hidden, V = c_.vocab_size;
+  const auto& w = model_.weights();
+  run_layers(seqs);
+  // Final norm + lm_head only for the rows whose logits are wanted.
+  int64_t rows = 0, t = 0;
+  for (const auto& s : seqs) {
+    t += s.n;
+    if (s.logits) std::copy_n(x_.data() + (t - 1) * H, H, tmp_.data() + (rows++) * H);
+  }
+  if (rows == 0) return;
+  ops::rmsnorm(pool_, tmp_.data(), rows, H, w.final_norm.data(), c_.rms_eps, xn_.data());
+  if (logits_.empty()) logits_.resize(max_chunk_ * V);
+  ops::matmul(pool_, xn_.data(), rows, w.lm_head, logits_.data());
+  rows = 0;
+  for (const auto& s : seqs)
+    if (s.logits) std::copy_n(logits_.data() + (rows++) * V, V, s.logits);
+}
+
+void Transformer::run_layers(std::span<const SeqStep> seqs) {
+  int64_t n = 0;
+  for (const auto& s : seqs) {
+    if (s.n <= 0) fail("forward: a sequence has no tokens");
+    if (s.pos0 + s.n > s.kv->capacity)
+      fail("sequence of {} tokens exceeds the context size {}", s.pos0 + s.n, s.kv->capacity);
+    for (int64_t i = 0; i < s.n; ++i)
+      if (s.ids[i] < 0 || s.ids[i] >= c_.vocab_size)
+        fail("token id {} is out of range [0, {})", s.ids[i], c_.vocab_size);
+    n += s.n;
+  }
+  if (n > max_chunk_) fail("batch of {} tokens exceeds the chunk size {}", n, max_chunk_);
+  ids_.clear();
+  for (const auto& s : seqs) ids_.insert(ids_.end(), s.ids, s.ids + s.n);
+  ops::embed(model_.weights().embed, ids_.data(), n, x_.data());
   for (int64_t l = 0; l < c_.n_layers; ++l) {
-    attention_block(l, n, pos0, kv);
+    attention_block(l, seqs, n);
     ffn_block(l, n);
   }
 }
 
-void Transformer::attention_block(int64_t l, int64_t n, int64_t pos0, KVCache& kv) {
+void Transformer::attention_block(int64_t l, std::span<const SeqStep> seqs, int64_t n) {
   const auto& L = model_.weights().layers[l];
   const int64_t H = c_.hidden, qd = c_.q_dim(), kvd = c_.kv_dim(), hd = c_.head_dim;
   const auto& k = cpu::kernels();
@@ -75,34 +103,41 @@ void Transformer::attention_block(int64_t l, int64_t n, int64_t pos0, KVCache& k
   ops::matmul(pool_, xn_.data(), n, L.q.w, q_.data(), L.q.bias.empty() ? nullptr : L.q.bias.data());
   ops::matmul(pool_, xn_.data(), n, L.k.w, k_.data(), L.k.bias.empty() ? nullptr : L.k.bias.data());
   ops::matmul(pool_, xn_.data(), n, L.v.w, v_.data(), L.v.bias.empty() ? nullptr : L.v.bias.data());
-  for (int64_t t = 0; t < n; ++t) {
-    float* q = q_.data() + t * qd;
-    float* kk = k_.data() + t * kvd;
-    float* vv = v_.data() + t * kvd;
-    if (c_.qk_norm == QkNorm::PER_HEAD) {
-      for (int64_t h = 0; h < c_.n_heads; ++h) k.rmsnorm(q + h * hd, L.q_norm.data(), c_.rms_eps, hd, q + h * hd);
-      for (int64_t h = 0; h < c_.n_kv_heads; ++h) k.rmsnorm(kk + h * hd, L.k_norm.data(), c_.rms_eps, hd, kk + h * hd);
-    } else if (c_.qk_norm == QkNorm::FULL) {
-      k.rmsnorm(q, L.q_norm.data(), c_.rms_eps, qd, q);
-      k.rmsnorm(kk, L.k_norm.data(), c_.rms_eps, kvd, kk);
+  std::vector<ops::AttentionArgs> att;
+  int64_t t = 0;
+  for (const auto& s : seqs) {
+    att.push_back({.q = q_.data() + t * qd, .n_tokens = s.n, .pos0 = s.pos0,
+                   .k_cache = s.kv->k_at(l, 0), .v_cache = s.kv->v_at(l, 0),
+                   .n_heads = c_.n_heads, .n_kv_heads = c_.n_kv_heads, .head_dim = hd,
+                   .scale = 1.f / std::sqrt(static_cast<float>(hd)), .out = att_.data() + t * qd});
+    for (int64_t i = 0; i < s.n; ++i, ++t) {
+      float* q = q_.data() + t * qd;
+      float* kk = k_.data() + t * kvd;
+      float* vv = v_.data() + t * kvd;
+      if (c_.qk_norm == QkNorm::PER_HEAD) {
+        for (int64_t h = 0; h < c_.n_heads; ++h)
+          k.rmsnorm(q + h * hd, L.q_norm.data(), c_.rms_eps, hd, q + h * hd);
+        for (int64_t h = 0; h < c_.n_kv_heads; ++h)
+          k.rmsnorm(kk + h * hd, L.k_norm.data(), c_.rms_eps, hd, kk + h * hd);
+      } else if (c_.qk_norm == QkNorm::FULL) {
+        k.rmsnorm(q, L.q_norm.data(), c_.rms_eps, qd, q);
+        k.rmsnorm(kk, L.k_norm.data(), c_.rms_eps, kvd, kk);
+      }
+      if (c_.clip_qkv > 0) {
+        auto clip = [&](float* p, int64_t m) {
+          for (int64_t j = 0; j < m; ++j) p[j] = std::clamp(p[j], -c_.clip_qkv, c_.clip_qkv);
+        };
+        clip(q, qd);
+        clip(kk, kvd);
+        clip(vv, kvd);
+      }
+      rope_.apply(q, c_.n_heads, s.pos0 + i);
+      rope_.apply(kk, c_.n_kv_heads, s.pos0 + i);
+      std::copy_n(kk, kvd, s.kv->k_at(l, s.pos0 + i));
+      std::copy_n(vv, kvd, s.kv->v_at(l, s.pos0 + i));
     }
-    if (c_.clip_qkv > 0) {
-      auto clip = [&](float* p, int64_t m) {
-        for (int64_t i = 0; i < m; ++i) p[i] = std::clamp(p[i], -c_.clip_qkv, c_.clip_qkv);
-      };
-      clip(q, qd);
-      clip(kk, kvd);
-      clip(vv, kvd);
-    }
-    rope_.apply(q, c_.n_heads, pos0 + t);
-    rope_.apply(kk, c_.n_kv_heads, pos0 + t);
-    std::copy_n(kk, kvd, kv.k_at(l, pos0 + t));
-    std::copy_n(vv, kvd, kv.v_at(l, pos0 + t));
   }
-  ops::attention(pool_, {.q = q_.data(), .n_tokens = n, .pos0 = pos0, .k_cache = kv.k_at(l, 0),
-                         .v_cache = kv.v_at(l, 0), .n_heads = c_.n_heads,
-                         .n_kv_heads = c_.n_kv_heads, .head_dim = hd,
-                         .scale = 1.f / std::sqrt(static_cast<float>(hd)), .out = att_.data()});
+  ops::attention(pool_, att);
   ops::matmul(pool_, att_.data(), n, L.o.w, tmp_.data(), L.o.bias.empty() ? nullptr : L.o.bias.data());
   for (int64_t i = 0; i < n * H; ++i) x_[i] += tmp_[i];
 }

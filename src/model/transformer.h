@@ -2,6 +2,7 @@
 // family whose layers are "pre-norm attention, pre-norm FFN". Runs on the CPU thread pool.
 #pragma once
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "backend/cpu/thread_pool.h"
@@ -20,6 +21,15 @@ struct KVCache {
   float* v_at(int64_t layer, int64_t pos) { return v.data() + (layer * capacity + pos) * kv_dim; }
 };
 
+// One sequence's part of a batched step: n tokens at positions pos0.. appended to its cache.
+struct SeqStep {
+  KVCache* kv;
+  const int32_t* ids;
+  int64_t n;
+  int64_t pos0;
+  float* logits;  // [vocab] for the last of the n tokens, or nullptr when not needed
+};
+
 class Transformer {
  public:
   // max_chunk: most tokens processed in one pass (longer prompts are chunked). All scratch is
@@ -32,12 +42,18 @@ class Transformer {
   void forward(const int32_t* ids, int64_t n, int64_t pos0, KVCache& kv, float* logits,
                bool all_logits);
 
+  // One step over several sequences (continuous batching): all their tokens go through the
+  // matmuls and experts together, attention stays per sequence. Total tokens <= max_chunk().
+  void forward_batch(std::span<const SeqStep> seqs);
+
+  int64_t max_chunk() const { return max_chunk_; }
   const Model& model() const { return model_; }
   ThreadPool& pool() { return pool_; }
 
  private:
-  void forward_chunk(const int32_t* ids, int64_t n, int64_t pos0, KVCache& kv);
-  void attention_block(int64_t layer, int64_t n, int64_t pos0, KVCache& kv);
+  // Runs the layers over the tokens of seqs (concatenated), leaving hidden states in x_.
+  void run_layers(std::span<const SeqStep> seqs);
+  void attention_block(int64_t layer, std::span<const SeqStep> seqs, int64_t n);
   void ffn_block(int64_t layer, int64_t n);
 
   const Model& model_;
@@ -48,7 +64,8 @@ class Transformer {
   std::unique_ptr<Experts> experts_;
   // Scratch, [max_chunk, width]:
   std::vector<float> x_, xn_, q_, k_, v_, att_, tmp_, gate_, up_, router_, route_w_;
-  std::vector<int32_t> route_ids_;
+  std::vector<int32_t> route_ids_, ids_;
+  std::vector<float> logits_;  // [max_chunk, vocab] rows of a batch step
 };
 
 }  // namespace ft

@@ -8,32 +8,49 @@
 
 namespace ft::ops {
 
-void attention(ThreadPool& pool, const AttentionArgs& a) {
+namespace {
+// One (token, head) of one sequence.
+void attend(const AttentionArgs& a, int64_t t, int64_t h, std::vector<float>& scores) {
   const auto& k = cpu::kernels();
   const int64_t group = a.n_heads / a.n_kv_heads, kv_dim = a.n_kv_heads * a.head_dim;
-  const int64_t q_dim = a.n_heads * a.head_dim;
-  pool.run(a.n_tokens * a.n_heads, 1, [&](int64_t b0, int64_t b1) {
+  const int64_t q_dim = a.n_heads * a.head_dim, g = h / group;
+  const int64_t len = a.pos0 + t + 1;  // causal: keys 0..pos inclusive
+  if (static_cast<int64_t>(scores.size()) < len) scores.resize(len);
+  const float* q = a.q + t * q_dim + h * a.head_dim;
+  float mx = -INFINITY;
+  for (int64_t j = 0; j < len; ++j) {
+    scores[j] = k.dot(q, a.k_cache + j * kv_dim + g * a.head_dim, a.head_dim) * a.scale;
+    mx = std::max(mx, scores[j]);
+  }
+  float sum = 0.f;
+  for (int64_t j = 0; j < len; ++j) {
+    scores[j] = std::exp(scores[j] - mx);
+    sum += scores[j];
+  }
+  float* out = a.out + t * q_dim + h * a.head_dim;
+  std::fill(out, out + a.head_dim, 0.f);
+  const float inv = 1.f / sum;
+  for (int64_t j = 0; j < len; ++j)
+    k.axpy(scores[j] * inv, a.v_cache + j * kv_dim + g * a.head_dim, out, a.head_dim);
+}
+}  // namespace
+
+void attention(ThreadPool& pool, const AttentionArgs& a) {
+  attention(pool, std::span<const AttentionArgs>(&a, 1));
+}
+
+void attention(ThreadPool& pool, std::span<const AttentionArgs> seqs) {
+  std::vector<int64_t> start(seqs.size() + 1, 0);  // task offset of each sequence
+  for (size_t i = 0; i < seqs.size(); ++i)
+    start[i + 1] = start[i] + seqs[i].n_tokens * seqs[i].n_heads;
+  pool.run(start.back(), 1, [&](int64_t b0, int64_t b1) {
     thread_local std::vector<float> scores;
+    size_t s = std::upper_bound(start.begin(), start.end(), b0) - start.begin() - 1;
     for (int64_t task = b0; task < b1; ++task) {
-      const int64_t t = task / a.n_heads, h = task % a.n_heads, g = h / group;
-      const int64_t len = a.pos0 + t + 1;  // causal: keys 0..pos inclusive
-      if (static_cast<int64_t>(scores.size()) < len) scores.resize(len);
-      const float* q = a.q + t * q_dim + h * a.head_dim;
-      float mx = -INFINITY;
-      for (int64_t j = 0; j < len; ++j) {
-        scores[j] = k.dot(q, a.k_cache + j * kv_dim + g * a.head_dim, a.head_dim) * a.scale;
-        mx = std::max(mx, scores[j]);
-      }
-      float sum = 0.f;
-      for (int64_t j = 0; j < len; ++j) {
-        scores[j] = std::exp(scores[j] - mx);
-        sum += scores[j];
-      }
-      float* out = a.out + t * q_dim + h * a.head_dim;
-      std::fill(out, out + a.head_dim, 0.f);
-      const float inv = 1.f / sum;
-      for (int64_t j = 0; j < len; ++j)
-        k.axpy(scores[j] * inv, a.v_cache + j * kv_dim + g * a.head_dim, out, a.head_dim);
+      while (task >= start[s + 1]) ++s;
+      const AttentionArgs& a = seqs[s];
+      const int64_t local = task - start[s];
+      attend(a, local / a.n_heads, local % a.n_heads, scores);
     }
   });
 }

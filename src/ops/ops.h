@@ -48,6 +48,8 @@ struct AttentionArgs {
   float* out;
 };
 void attention(ThreadPool& pool, const AttentionArgs& a);
+// Several sequences' attention as one parallel region (a batch step).
+void attention(ThreadPool& pool, std::span<const AttentionArgs> seqs);
 
 // Softmax over each row of logits [n, n_experts], then the top_k largest (ties: lower index
 // first) with their probabilities, renormalised to sum 1 when `renormalize`.
