@@ -62,7 +62,6 @@ Value f_first(const Value& v, const Args&) {
 }
 
 Value f_last(const Value& v, const Args&) {
-  require_defined(v);
   auto items = iterate(v);
   return items.empty() ? Value::undefined("No last item, sequence was empty.") : items.back();
 }

@@ -228,7 +228,6 @@ class Interpreter {
         return make_list(std::move(items), e.kind == ExprKind::Tuple);
       }
       case ExprKind::Dict: {
-        std::vector<std::pair<std::string, Value>> items;
         auto d = make_dict();
         for (size_t i = 0; i + 1 < e.args.size(); i += 2) {
           Value k = eval(*e.args[i]);
