@@ -13,7 +13,7 @@ process.env.TOKENIZERS_PARALLELISM = 'false';
 process.env.RAYON_NUM_THREADS = '1';
 const here = path.dirname(fileURLToPath(import.meta.url));
 const ftBin = process.argv[2];
-const nodeModules = process.argv[3] || path.join(here, '..', 'tests', 'js', 'node_modules');
+const nodeModules = path.resolve(process.argv[3] || path.join(here, '..', 'tests', 'js', 'node_modules'));
 const megabytes = Number(process.argv[4] || 10);
 if (!ftBin) {
   console.error('usage: node bench/tokenizer_bench.mjs <ft binary> [node_modules dir] [MB]');

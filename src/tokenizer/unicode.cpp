@@ -3,6 +3,7 @@
 
 #include <unicode/normalizer2.h>
 #include <unicode/uchar.h>
+#include <unicode/bytestream.h>
 #include <unicode/unistr.h>
 
 #include "base/error.h"
@@ -140,13 +141,13 @@ std::string normalize(std::string_view s, NormForm form) {
     case NormForm::NFKD: norm = icu::Normalizer2::getNFKDInstance(err); break;
   }
   FT_CHECK(U_SUCCESS(err), "ICU normalizer unavailable: {}", u_errorName(err));
-  auto in = icu::UnicodeString::fromUTF8(icu::StringPiece(s.data(), static_cast<int32_t>(s.size())));
-  if (norm->isNormalized(in, err) && U_SUCCESS(err)) return std::string(s);
+  icu::StringPiece in(s.data(), static_cast<int32_t>(s.size()));
+  if (norm->isNormalizedUTF8(in, err) && U_SUCCESS(err)) return std::string(s);  // common case
   err = U_ZERO_ERROR;
-  icu::UnicodeString normalized = norm->normalize(in, err);
-  FT_CHECK(U_SUCCESS(err), "ICU normalize failed: {}", u_errorName(err));
   std::string out;
-  normalized.toUTF8String(out);
+  icu::StringByteSink<std::string> sink(&out);
+  norm->normalizeUTF8(0, in, sink, nullptr, err);
+  FT_CHECK(U_SUCCESS(err), "ICU normalize failed: {}", u_errorName(err));
   return out;
 }
 

@@ -7,12 +7,13 @@ import { createRequire } from 'node:module';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 
-const [ftBin, nodeModules] = process.argv.slice(2);
+const [ftBin, nodeModulesArg] = process.argv.slice(2);
 import os from 'node:os';
-if (!ftBin || !nodeModules) {
+if (!ftBin || !nodeModulesArg) {
   console.error('usage: node parity.mjs <ft binary> <node_modules dir>');
   process.exit(2);
 }
+const nodeModules = path.resolve(nodeModulesArg);
 const require = createRequire(path.join(nodeModules, 'index.js'));
 const { Tokenizer } = require('@anush008/tokenizers');
 const here = path.dirname(fileURLToPath(import.meta.url));
