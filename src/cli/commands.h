@@ -8,5 +8,7 @@ void add_logits_command(CLI::App& app);    // logits.cpp
 void add_run_command(CLI::App& app);       // run.cpp
 void add_bench_command(CLI::App& app);     // bench.cpp
 void add_tokenize_command(CLI::App& app);  // tokenize.cpp
+void add_perplexity_command(CLI::App& app);  // perplexity.cpp
+void add_serve_command(CLI::App& app);     // serve.cpp
 
 }  // namespace ft::cli

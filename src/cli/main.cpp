@@ -19,6 +19,8 @@ int main(int argc, char** argv) {
   ft::cli::add_run_command(app);
   ft::cli::add_bench_command(app);
   ft::cli::add_tokenize_command(app);
+  ft::cli::add_perplexity_command(app);
+  ft::cli::add_serve_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,307 @@
+// Engine loop: admit waiting requests, build one batch step (decodes first, then prefill chunks
+// in the remaining token budget), run it, sample, detokenize, apply stop rules, emit events.
+#include "engine/engine.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "base/error.h"
+#include "base/log.h"
+#include "base/timer.h"
+#include "tokenizer/detokenizer.h"
+
+namespace ft {
+
+struct Engine::Slot {
+  std::shared_ptr<Request> req;
+  std::unique_ptr<KVCache> kv;
+  std::vector<int32_t> tokens;  // prompt + generated
+  int64_t done = 0;             // tokens already in the KV cache
+  int64_t prompt_len = 0;
+  Sampler sampler;
+  Detokenizer detok;
+  std::string held;  // decoded text held back while it could still start a stop string
+  std::vector<float> logits;
+  std::vector<int32_t> counts;  // generated-token counts (penalties); empty when unused
+  Timer timer;
+  double ttft = -1;
+
+  Slot(std::shared_ptr<Request> r, const Tokenizer& tok, const ModelConfig& c, int64_t ctx)
+      : req(std::move(r)), kv(std::make_unique<KVCache>(c, ctx)), tokens(req->prompt),
+        prompt_len(static_cast<int64_t>(req->prompt.size())), sampler(req->sampling),
+        detok(tok, req->skip_special), logits(c.vocab_size) {
+    if (req->presence_penalty != 0 || req->frequency_penalty != 0) counts.assign(c.vocab_size, 0);
+  }
+};
+
+Engine::Engine(std::unique_ptr<Model> model, std::unique_ptr<Tokenizer> tok, EngineOptions opt)
+    : model_(std::move(model)), tok_(std::move(tok)), opt_(opt), pool_(opt.threads),
+      tf_(*model_, pool_, opt.chunk) {
+  for (int64_t id : model_->config().eos_token_ids) eos_ids_.push_back(static_cast<int32_t>(id));
+  if (tok_->eos_id() >= 0 &&
+      std::find(eos_ids_.begin(), eos_ids_.end(), tok_->eos_id()) == eos_ids_.end())
+    eos_ids_.push_back(tok_->eos_id());
+  stats_.weight_bytes = model_->matrix_bytes();
+  thread_ = std::thread([this] { loop(); });
+}
+
+Engine::~Engine() {
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+  for (auto& r : waiting_) {
+    Event e;
+    e.kind = Event::Kind::DONE;
+    e.finish = FinishReason::CANCELLED;
+    r->events.push(std::move(e));
+  }
+}
+
+void Engine::submit(const std::shared_ptr<Request>& req) {
+  const auto& c = model_->config();
+  const int64_t n = static_cast<int64_t>(req->prompt.size());
+  if (n == 0) throw RequestError(400, "the prompt is empty");
+  for (int32_t id : req->prompt)
+    if (id < 0 || id >= c.vocab_size)
+      throw RequestError(400, fmt::format("token id {} is outside the vocabulary [0, {})", id,
+                                          c.vocab_size));
+  if (req->max_tokens < 1) throw RequestError(400, "max_tokens must be at least 1");
+  if (n + req->max_tokens > opt_.ctx_size)
+    throw RequestError(400, fmt::format(
+        "this model's context is {} tokens, but the request needs {} ({} in the prompt, {} to "
+        "generate); shorten the prompt or lower max_tokens", opt_.ctx_size, n + req->max_tokens,
+        n, req->max_tokens));
+  std::lock_guard lock(mu_);
+  if (static_cast<int>(waiting_.size()) >= opt_.max_queue)
+    throw RequestError(429, fmt::format("the server is busy ({} requests waiting); retry later",
+                                        waiting_.size()));
+  req->id = ++stats_.requests_total;
+  waiting_.push_back(req);
+  cv_.notify_one();
+}
+
+EngineStats Engine::stats() const {
+  std::lock_guard lock(mu_);
+  return stats_;
+}
+
+std::vector<RequestRecord> Engine::recent_requests() const {
+  std::lock_guard lock(mu_);
+  return {recent_.begin(), recent_.end()};
+}
+
+namespace {
+void emit_done(Request& r, FinishReason why, const Usage& u, std::string stop = {},
+               std::optional<int32_t> stop_id = {}) {
+  Event e;
+  e.kind = Event::Kind::DONE;
+  e.finish = why;
+  e.usage = u;
+  e.matched_stop = std::move(stop);
+  e.matched_stop_id = stop_id;
+  r.events.push(std::move(e));
+}
+
+// Length of the longest suffix of s that is a proper prefix of some stop string.
+size_t stop_prefix_hold(const std::string& s, const std::vector<std::string>& stops) {
+  size_t hold = 0;
+  for (const auto& st : stops)
+    for (size_t k = std::min(st.size() - 1, s.size()); k > hold; --k)
+      if (s.compare(s.size() - k, k, st, 0, k) == 0) {
+        hold = k;
+        break;
+      }
+  return hold;
+}
+
+// Keeps a UTF-8 cut from splitting a character: moves it left to a lead byte.
+size_t utf8_floor(const std::string& s, size_t cut) {
+  while (cut > 0 && cut < s.size() && (static_cast<unsigned char>(s[cut]) & 0xC0) == 0x80) --cut;
+  return cut;
+}
+
+void apply_penalties(const Request& r, const std::vector<int32_t>& tokens,
+                     const std::vector<int32_t>& counts, std::vector<float>& logits) {
+  if (r.repetition_penalty != 1.f) {  // HF: every token seen in prompt or output, once
+    std::vector<int32_t> seen(tokens);
+    std::sort(seen.begin(), seen.end());
+    seen.erase(std::unique(seen.begin(), seen.end()), seen.end());
+    for (int32_t id : seen) {
+      float& l = logits[id];
+      l = l > 0 ? l / r.repetition_penalty : l * r.repetition_penalty;
+    }
+  }
+  if (!counts.empty())
+    for (size_t id = 0; id < counts.size(); ++id)
+      if (counts[id] > 0)
+        logits[id] -= r.frequency_penalty * counts[id] + r.presence_penalty;
+}
+
+TokenLogprobs logprobs_of(const std::vector<float>& logits, int32_t chosen, int top) {
+  const float mx = *std::max_element(logits.begin(), logits.end());
+  double z = 0;
+  for (float l : logits) z += std::exp(static_cast<double>(l - mx));
+  const float lz = mx + static_cast<float>(std::log(z));
+  TokenLogprobs out{chosen, logits[chosen] - lz, {}};
+  if (top > 0) {
+    std::vector<int32_t> idx(logits.size());
+    for (size_t i = 0; i < idx.size(); ++i) idx[i] = static_cast<int32_t>(i);
+    const size_t k = std::min<size_t>(top, idx.size());
+    std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](int32_t a, int32_t b) {
+      return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+    });
+    for (size_t i = 0; i < k; ++i) out.top.push_back({idx[i], logits[idx[i]] - lz});
+  }
+  return out;
+}
+}  // namespace
+
+void Engine::loop() {
+  std::vector<std::unique_ptr<Slot>> running;
+  for (;;) {
+    {
+      std::unique_lock lock(mu_);
+      cv_.wait(lock, [&] { return stop_ || !waiting_.empty() || !running.empty(); });
+      if (stop_) break;
+      while (static_cast<int>(running.size()) < opt_.max_running && !waiting_.empty()) {
+        auto req = std::move(waiting_.front());
+        waiting_.pop_front();
+        running.push_back(std::make_unique<Slot>(std::move(req), *tok_, model_->config(),
+                                                 opt_.ctx_size));
+      }
+      stats_.running = static_cast<int64_t>(running.size());
+      stats_.waiting = static_cast<int64_t>(waiting_.size());
+    }
+    try {
+      step(running);
+    } catch (const std::exception& e) {  // never take the server down: fail the batch
+      FT_LOG_WARN("engine step failed: {}", e.what());
+      for (auto& s : running) {
+        Event ev;
+        ev.kind = Event::Kind::DONE;
+        ev.finish = FinishReason::ERROR;
+        ev.error = e.what();
+        s->req->events.push(std::move(ev));
+      }
+      running.clear();
+    }
+  }
+  for (auto& s : running) emit_done(*s->req, FinishReason::CANCELLED, {});
+}
+
+void Engine::step(std::vector<std::unique_ptr<Slot>>& running) {
+  auto finish = [&](Slot& s, FinishReason why, std::string stop = {},
+                    std::optional<int32_t> stop_id = {}) {
+    Usage u{s.prompt_len, static_cast<int64_t>(s.tokens.size()) - s.prompt_len, 0};
+    emit_done(*s.req, why, u, std::move(stop), stop_id);
+    std::lock_guard lock(mu_);
+    ++stats_.requests_finished;
+    if (why == FinishReason::CANCELLED) ++stats_.requests_cancelled;
+    recent_.push_front({s.req->id, s.req->label, u.prompt_tokens, u.completion_tokens,
+                        finish_reason_name(why), s.ttft, s.timer.seconds()});
+    if (recent_.size() > 64) recent_.pop_back();
+  };
+  // Cancelled requests leave before the step, freeing their slot.
+  std::erase_if(running, [&](auto& s) {
+    if (!s->req->cancelled.load()) return false;
+    finish(*s, FinishReason::CANCELLED);
+    return true;
+  });
+  if (running.empty()) return;
+  // Decodes first (one token each), then prefill chunks in the remaining budget.
+  std::vector<SeqStep> batch;
+  std::vector<Slot*> members;
+  int64_t budget = opt_.chunk, prefill = 0, decode = 0;
+  for (auto& s : running)
+    if (static_cast<int64_t>(s->tokens.size()) - s->done == 1 && s->done >= s->prompt_len) {
+      batch.push_back({s->kv.get(), s->tokens.data() + s->done, 1, s->done, s->logits.data()});
+      members.push_back(s.get());
+      --budget;
+      ++decode;
+    }
+  for (auto& s : running) {
+    const int64_t left = static_cast<int64_t>(s->tokens.size()) - s->done;
+    if (s->done >= s->prompt_len || budget <= 0) continue;
+    const int64_t n = std::min(left, budget);
+    const bool last = n == left;
+    batch.push_back({s->kv.get(), s->tokens.data() + s->done, n, s->done,
+                     last ? s->logits.data() : nullptr});
+    members.push_back(s.get());
+    budget -= n;
+    prefill += n;
+  }
+  Timer t;
+  tf_.forward_batch(batch);
+  const double dt = t.seconds();
+  {
+    std::lock_guard lock(mu_);
+    ++stats_.steps_total;
+    stats_.prompt_tokens_total += prefill;
+    stats_.generated_tokens_total += decode;
+    constexpr double a = 0.2;  // exponential moving averages of recent throughput
+    if (decode > 0) stats_.decode_tokens_per_s = (1 - a) * stats_.decode_tokens_per_s + a * decode / dt;
+    if (prefill > 0) stats_.prefill_tokens_per_s = (1 - a) * stats_.prefill_tokens_per_s + a * prefill / dt;
+  }
+  std::vector<Slot*> ended;
+  for (size_t b = 0; b < batch.size(); ++b) {
+    Slot& s = *members[b];
+    s.done += batch[b].n;
+    if (!batch[b].logits) continue;  // mid-prompt chunk
+    Request& r = *s.req;
+    apply_penalties(r, s.tokens, s.counts, s.logits);
+    const int32_t id = s.sampler.sample(s.logits.data(), static_cast<int64_t>(s.logits.size()));
+    if (s.ttft < 0) s.ttft = s.timer.seconds();
+    s.tokens.push_back(id);
+    if (!s.counts.empty()) ++s.counts[id];
+    const int64_t generated = static_cast<int64_t>(s.tokens.size()) - s.prompt_len;
+    Event ev;
+    if (r.top_logprobs >= 0) ev.logprobs.push_back(logprobs_of(s.logits, id, r.top_logprobs));
+    ev.ids.push_back(id);
+    const bool is_eos = !r.ignore_eos && std::find(eos_ids_.begin(), eos_ids_.end(), id) != eos_ids_.end();
+    const bool is_stop_id = std::find(r.stop_ids.begin(), r.stop_ids.end(), id) != r.stop_ids.end();
+    if (is_eos || is_stop_id) {
+      std::string rest = s.held + s.detok.flush();
+      if (!rest.empty() || !ev.logprobs.empty()) {
+        ev.text = std::move(rest);
+        r.events.push(std::move(ev));
+      }
+      finish(s, FinishReason::STOP, {}, id);
+      ended.push_back(&s);
+      continue;
+    }
+    s.held += s.detok.feed(id);
+    const bool at_limit = generated >= r.max_tokens;
+    if (at_limit) s.held += s.detok.flush();
+    // Stop strings: cut at the earliest match; otherwise hold back a possible match's start.
+    size_t cut = std::string::npos;
+    std::string matched;
+    for (const auto& st : r.stop) {
+      size_t p = st.empty() ? std::string::npos : s.held.find(st);
+      if (p < cut) cut = p, matched = st;
+    }
+    if (cut != std::string::npos) {
+      ev.text = s.held.substr(0, cut);
+      r.events.push(std::move(ev));
+      finish(s, FinishReason::STOP, matched);
+      ended.push_back(&s);
+      continue;
+    }
+    size_t emit = at_limit ? s.held.size()
+                           : utf8_floor(s.held, s.held.size() - stop_prefix_hold(s.held, r.stop));
+    ev.text = s.held.substr(0, emit);
+    s.held.erase(0, emit);
+    r.events.push(std::move(ev));
+    if (at_limit || static_cast<int64_t>(s.tokens.size()) >= s.kv->capacity) {
+      finish(s, FinishReason::LENGTH);
+      ended.push_back(&s);
+    }
+  }
+  std::erase_if(running, [&](auto& s) {
+    return std::find(ended.begin(), ended.end(), s.get()) != ended.end();
+  });
+}
+
+}  // namespace ft

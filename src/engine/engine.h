@@ -1,0 +1,86 @@
+// The engine: one thread owns the model and steps all running requests together (continuous
+// batching, chunked prefill mixed with decodes). HTTP threads only submit and read events.
+#pragma once
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "engine/request.h"
+#include "model/transformer.h"
+#include "tokenizer/tokenizer.h"
+
+namespace ft {
+
+struct EngineOptions {
+  int max_running = 4;        // sequences decoded together
+  int max_queue = 64;         // waiting requests beyond which submit() answers 429
+  int64_t ctx_size = 4096;    // tokens per sequence (prompt + generation)
+  int64_t chunk = 256;        // tokens per engine step (prefill chunks share it with decodes)
+  int threads = 0;            // CPU threads (0: one per core)
+};
+
+// A request the engine refuses, with the HTTP status it maps to (400 never fits, 429 busy).
+struct RequestError : std::runtime_error {
+  RequestError(int status, const std::string& msg) : std::runtime_error(msg), status(status) {}
+  int status;
+};
+
+struct EngineStats {
+  int64_t running = 0, waiting = 0;
+  int64_t requests_total = 0, requests_finished = 0, requests_cancelled = 0;
+  int64_t prompt_tokens_total = 0, generated_tokens_total = 0, steps_total = 0;
+  double decode_tokens_per_s = 0;   // recent, over the last few seconds
+  double prefill_tokens_per_s = 0;
+  double uptime_s = 0;
+  size_t kv_bytes = 0, weight_bytes = 0;
+};
+
+// Summary of a finished request for GET /v1/requests.
+struct RequestRecord {
+  int64_t id;
+  std::string label;
+  int64_t prompt_tokens, completion_tokens;
+  std::string finish;
+  double ttft_s, total_s;
+};
+
+class Engine {
+ public:
+  Engine(std::unique_ptr<Model> model, std::unique_ptr<Tokenizer> tok, EngineOptions opt);
+  ~Engine();  // stops the loop; running requests end with FinishReason::CANCELLED
+
+  // Validates and enqueues; throws RequestError (400: can never fit the context or bad ids;
+  // 429: the wait queue is full). Events then arrive on req->events.
+  void submit(const std::shared_ptr<Request>& req);
+
+  EngineStats stats() const;
+  std::vector<RequestRecord> recent_requests() const;  // newest first, at most 64
+  const Tokenizer& tokenizer() const { return *tok_; }
+  const Model& model() const { return *model_; }
+  const EngineOptions& options() const { return opt_; }
+  std::vector<int32_t> eos_ids() const { return eos_ids_; }
+
+ private:
+  struct Slot;
+  void loop();
+  void step(std::vector<std::unique_ptr<Slot>>& running);
+
+  std::unique_ptr<Model> model_;
+  std::unique_ptr<Tokenizer> tok_;
+  EngineOptions opt_;
+  std::vector<int32_t> eos_ids_;
+  ThreadPool pool_;
+  Transformer tf_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<Request>> waiting_;
+  bool stop_ = false;
+  EngineStats stats_;
+  std::deque<RequestRecord> recent_;
+  std::thread thread_;
+};
+
+}  // namespace ft
