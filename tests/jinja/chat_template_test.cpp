@@ -28,10 +28,18 @@ TEST(ChatTemplate, LoadsTokenizerConfigAndSpecialTokens) {
 }
 
 TEST(ChatTemplate, LoadsChatTemplateJinja) {
-  auto t = ChatTemplate::load(std::string(FT_JINJA_TESTS) + "/models/gpt-oss");
+  // A model dir whose template lives in chat_template.jinja (as gpt-oss ships it).
+  auto dir = std::filesystem::temp_directory_path() / "ft_chat_template_jinja_test";
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "tokenizer_config.json") << R"({"eos_token": "<|return|>"})";
+  std::ofstream(dir / "chat_template.jinja")
+      << "{%- for m in messages %}<|start|>{{ m.role }}<|message|>{{ m.content }}<|end|>"
+         "{%- endfor %}{%- if add_generation_prompt %}<|start|>assistant{%- endif %}";
+  auto t = ChatTemplate::load(dir.string());
   EXPECT_EQ(t.eos_token(), "<|return|>");
   std::string p = t.render(request(R"({"messages": [{"role": "user", "content": "hi"}]})"));
-  EXPECT_NE(p.find("<|start|>user<|message|>hi<|end|><|start|>assistant"), std::string::npos);
+  EXPECT_EQ(p, "<|start|>user<|message|>hi<|end|><|start|>assistant");
+  std::filesystem::remove_all(dir);
 }
 
 TEST(ChatTemplate, NamedTemplateListPicksDefault) {
