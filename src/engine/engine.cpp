@@ -302,6 +302,8 @@ void Engine::step(std::vector<std::unique_ptr<Slot>>& running) {
   std::erase_if(running, [&](auto& s) {
     return std::find(ended.begin(), ended.end(), s.get()) != ended.end();
   });
+  std::lock_guard lock(mu_);
+  stats_.running = static_cast<int64_t>(running.size());
 }
 
 }  // namespace ft
