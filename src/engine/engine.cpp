@@ -252,6 +252,8 @@ void Engine::step(std::vector<std::unique_ptr<Slot>>& running) {
     if (!batch[b].logits) continue;  // mid-prompt chunk
     Request& r = *s.req;
     apply_penalties(r, s.tokens, s.counts, s.logits);
+    if (r.processor)
+      r.processor->process(s.logits, std::span<const int32_t>(s.tokens).subspan(s.prompt_len));
     const int32_t id = s.sampler.sample(s.logits.data(), static_cast<int64_t>(s.logits.size()));
     if (s.ttft < 0) s.ttft = s.timer.seconds();
     s.tokens.push_back(id);

@@ -6,7 +6,9 @@
 #include <cstdint>
 #include <deque>
 #include <mutex>
+#include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -56,6 +58,15 @@ class EventStream {
   std::deque<Event> q_;
 };
 
+// A constraint on the next token (tool_choice enforcement, grammars): called on the engine
+// thread before sampling with the step's logits and the ids generated so far; it masks logits
+// (e.g. to -INFINITY) to forbid tokens. It must leave at least one token allowed.
+class LogitsProcessor {
+ public:
+  virtual ~LogitsProcessor() = default;
+  virtual void process(std::span<float> logits, std::span<const int32_t> generated) = 0;
+};
+
 struct Request {
   std::vector<int32_t> prompt;
   int64_t max_tokens = 256;  // new tokens
@@ -68,6 +79,7 @@ struct Request {
   int top_logprobs = -1;            // -1: no logprobs; 0..20 alternatives per token
   bool skip_special = true;         // drop special tokens from the text
   std::string label;                // for logs and /v1/requests (e.g. "chat.completions")
+  std::shared_ptr<LogitsProcessor> processor;  // optional constraint, applied after penalties
 
   EventStream events;
   std::atomic<bool> cancelled{false};  // set by the HTTP thread when the client goes away
