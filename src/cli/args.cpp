@@ -3,7 +3,10 @@
 
 #include <sys/stat.h>
 
+#include <unistd.h>
+
 #include <charconv>
+#include <filesystem>
 
 #include "base/error.h"
 
@@ -42,6 +45,18 @@ std::unique_ptr<Model> load_model(const std::string& dir) {
   if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
     fail("model directory {} does not exist", dir);
   return Model::load(dir);
+}
+
+std::string default_model_dir() {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  std::vector<fs::path> places{fs::path(FT_SOURCE_DIR) / "models/demo"};
+  if (!ec) places.insert(places.begin(), exe.parent_path().parent_path() / "models/demo");
+  for (const fs::path& p : places)
+    if (fs::exists(p / "config.json")) return p.string();
+  fail("no --model given and the embedded demo model (models/demo) is not here; pass --model DIR "
+       "(a Hugging Face checkpoint directory)");
 }
 
 }  // namespace ft::cli
