@@ -1,0 +1,93 @@
+// ExpertCache: LRU slot assignment with per-step protection, and the hybrid fetch split.
+#include "experts/expert_cache.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "base/error.h"
+
+namespace ft {
+
+ExpertCache::ExpertCache(int64_t n_layers, int64_t n_experts, int64_t slots)
+    : n_layers_(n_layers), n_experts_(n_experts),
+      slot_for_id_(n_layers * n_experts, -1), id_of_slot_(slots, -1), usage_(slots, 0),
+      recency_(n_layers * n_experts, 0) {
+  if (slots < n_experts)
+    fail("the expert cache needs at least {} slots (one layer's experts), got {}", n_experts,
+         slots);
+}
+
+void ExpertCache::reset() {
+  std::fill(slot_for_id_.begin(), slot_for_id_.end(), -1);
+  std::fill(id_of_slot_.begin(), id_of_slot_.end(), -1);
+  std::fill(usage_.begin(), usage_.end(), 0);
+}
+
+EnsurePlan ExpertCache::ensure(int64_t layer, std::span<const int32_t> active, int64_t max_fetch) {
+  FT_CHECK(layer >= 0 && layer < n_layers_, "layer {}", layer);
+  ++step_;
+  EnsurePlan plan;
+  plan.slot_of.assign(active.size(), -1);
+  const int64_t base = layer * n_experts_;
+  std::vector<char> owned(id_of_slot_.size(), 0);  // slots this step must keep
+  std::vector<size_t> miss_idx;
+  for (size_t i = 0; i < active.size(); ++i) {
+    FT_CHECK(active[i] >= 0 && active[i] < n_experts_, "expert {}", active[i]);
+    const int32_t s = slot_for_id_[base + active[i]];
+    ++stats_.lookups;
+    if (s >= 0) {
+      ++stats_.hits;
+      usage_[s] = step_;
+      owned[s] = 1;
+      plan.slot_of[i] = s;
+    } else {
+      ++stats_.misses;
+      miss_idx.push_back(i);
+    }
+  }
+  // Fetch priority: most recently active first, then lower id.
+  std::sort(miss_idx.begin(), miss_idx.end(), [&](size_t a, size_t b) {
+    const int64_t ra = recency_[base + active[a]], rb = recency_[base + active[b]];
+    return ra != rb ? ra > rb : active[a] < active[b];
+  });
+  const size_t n_fetch = max_fetch < 0 ? miss_idx.size()
+                                       : std::min<size_t>(miss_idx.size(), max_fetch);
+  for (size_t m = 0; m < miss_idx.size(); ++m) {
+    const size_t i = miss_idx[m];
+    if (m >= n_fetch) {
+      plan.cpu.push_back(active[i]);
+      continue;
+    }
+    // Victim: least recently used slot not owned this step (never-used slots first).
+    int32_t victim = -1;
+    for (size_t s = 0; s < usage_.size(); ++s)
+      if (!owned[s] && (victim < 0 || usage_[s] < usage_[victim])) victim = static_cast<int32_t>(s);
+    FT_CHECK(victim >= 0, "no evictable slot: {} slots for {} active experts", usage_.size(),
+             active.size());
+    if (id_of_slot_[victim] >= 0) {
+      slot_for_id_[id_of_slot_[victim]] = -1;
+      ++stats_.evictions;
+    }
+    id_of_slot_[victim] = static_cast<int32_t>(base + active[i]);
+    slot_for_id_[base + active[i]] = victim;
+    usage_[victim] = step_;
+    owned[victim] = 1;
+    plan.slot_of[i] = victim;
+    plan.fetch.push_back(active[i]);
+    plan.fetch_slot.push_back(victim);
+  }
+  for (int32_t e : active) recency_[base + e] = step_;
+  return plan;
+}
+
+int64_t hybrid_fetch_count(int64_t misses, double f) {
+  if (misses <= 0) return 0;
+  f = std::clamp(f, 0.0, 1.0);
+  const int64_t one = 1 << 16, q = static_cast<int64_t>(std::llround(f * one));
+  const int64_t lo = (misses * q) >> 16;
+  auto cost = [&](int64_t F) { return std::max(F * (one - q), (misses - F) * q); };
+  const int64_t best = (lo + 1 <= misses && cost(lo + 1) < cost(lo)) ? lo + 1 : lo;
+  return std::min(misses, best);
+}
+
+}  // namespace ft
