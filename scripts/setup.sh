@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Installs what the build needs (Debian packages, as root), then configures and builds ft in
-# build/. Without root it prints the exact apt-get line to run and stops. CUDA is built when
-# nvcc is found (PATH or /usr/local/cuda); otherwise the build is CPU-only.
+# Installs what the build needs (Debian packages, as root), then configures and builds in build/.
+# usage: setup.sh [--deps-only] [TARGET...]   (default target: ft; "all" builds the tests too)
+# Without root it prints the exact apt-get line to run and stops. CUDA is built when nvcc is
+# found (PATH or /usr/local/cuda); otherwise the build is CPU-only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -29,6 +30,8 @@ if [ ${#missing[@]} -gt 0 ]; then
   fi
 fi
 
-jobs=$(nproc)
+[ "${1:-}" = "--deps-only" ] && exit 0
+targets=("$@")
+[ ${#targets[@]} -eq 0 ] && targets=(ft)
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release ${FT_CMAKE_ARGS:-} >/dev/null
-cmake --build build -j "$jobs"
+cmake --build build -j "$(nproc)" --target "${targets[@]}"
