@@ -26,6 +26,9 @@ std::vector<int32_t> ids_of(const TensorView& t) {
   return out;
 }
 
+// Worst max|d| / max|ref| seen by the current test (printed for the record).
+thread_local float g_worst_ratio = 0;
+
 // Max |a - ref| over one row, against the row's own scale.
 void expect_row_close(const float* got, const float* ref, int64_t n, const std::string& what) {
   float max_ref = 0, max_d = 0;
@@ -35,6 +38,7 @@ void expect_row_close(const float* got, const float* ref, int64_t n, const std::
     float d = std::fabs(got[i] - ref[i]);
     if (d > max_d) max_d = d, at = i;
   }
+  g_worst_ratio = std::max(g_worst_ratio, max_d / max_ref);
   EXPECT_LE(max_d, 1e-3f * max_ref) << what << ": max|d| " << max_d << " at " << at
                                     << " (got " << got[at] << ", ref " << ref[at] << ")";
 }
@@ -50,6 +54,11 @@ class Parity : public ::testing::TestWithParam<std::string> {
     ref_.greedy = ids_of(ref_files_->get("greedy_ids"));
     ref_.prefill = ref_files_->get("prefill_logits");
     ref_.decode = ref_files_->get("decode_logits");
+    g_worst_ratio = 0;
+  }
+  void TearDown() override {
+    std::printf("[ parity ] %s: worst max|d|/max|ref| = %.2e (bound 1e-3, kernels %s)\n",
+                GetParam().c_str(), g_worst_ratio, cpu::kernels().isa);
   }
   std::string dir_;
   std::unique_ptr<Model> model_;
