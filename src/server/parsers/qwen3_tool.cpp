@@ -63,6 +63,9 @@ TaggedToolParser::Body Qwen3ToolParser::parse_body(bool final) {
     json_ = JsonPrefix();
   }
   size_t i = 0;
+  while (!json_.started() && i < buf_.size() && (buf_[i] == ' ' || buf_[i] == '\n')) ++i;
+  consume(i);  // spaces before the arguments object are not part of it
+  i = 0;
   bool closed = false, bad = false;
   for (; i < buf_.size(); ++i) {
     if (!json_.feed(static_cast<unsigned char>(buf_[i]))) {

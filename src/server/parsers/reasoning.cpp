@@ -7,6 +7,7 @@ namespace ft::server {
 
 namespace {
 constexpr std::string_view kOpen = "<think>", kClose = "</think>";
+constexpr size_t kMaxLeadingSpace = 16;  // more blank output before <think> is content
 bool is_space(char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
 void lstrip(std::string& s) {
   size_t i = 0;
@@ -32,7 +33,7 @@ ReasoningDelta ReasoningParser::feed(std::string_view delta) {
         size_t i = 0;
         while (i < buf_.size() && is_space(buf_[i])) ++i;
         const std::string_view s = std::string_view(buf_).substr(i);
-        if (s.empty()) return out;
+        if (s.empty() && i <= kMaxLeadingSpace) return out;
         if (s.starts_with(kOpen)) {
           buf_.erase(0, i + kOpen.size());
           mode_ = Mode::REASONING;

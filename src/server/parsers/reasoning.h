@@ -10,7 +10,7 @@ struct ReasoningDelta {
 };
 
 // Streaming: feed() takes any split of the output text. A <think> at the start of the output
-// (after optional whitespace) opens reasoning; </think> closes it; whitespace around the
+// (after at most 16 whitespace bytes, held back meanwhile) opens reasoning; </think> closes it; whitespace around the
 // reasoning and right after </think> is trimmed. Output that never closes its <think> is all
 // reasoning (it ran out of tokens while thinking).
 class ReasoningParser {
