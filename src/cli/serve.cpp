@@ -24,6 +24,13 @@ void on_signal(int) {
 }
 
 void run_serve(ServeOptions o) {
+  if (o.model.empty()) {
+    o.model = default_model_dir();
+    FT_LOG_INFO("no --model given: serving the embedded demo model ({}), a 22 MB Qwen3-MoE "
+                "trained on WordNet dialogues. For real work download a checkpoint, e.g. "
+                "`hf download Qwen/Qwen3-30B-A3B --local-dir ~/models/qwen3-30b-a3b`, and run "
+                "`ft serve --model ~/models/qwen3-30b-a3b`", o.model);
+  }
   if (o.http.served_model_name.empty())
     o.http.served_model_name = std::filesystem::path(o.model).filename().string();
   httplib::Server http;
@@ -91,7 +98,8 @@ void run_serve(ServeOptions o) {
 void add_serve_command(CLI::App& app) {
   auto o = std::make_shared<ServeOptions>();
   auto* cmd = app.add_subcommand("serve", "Serve OpenAI- and Anthropic-compatible APIs");
-  cmd->add_option("--model", o->model, "Model directory (HF checkpoint with tokenizer)")->required();
+  cmd->add_option("--model", o->model,
+                  "Model directory (HF checkpoint with tokenizer; default: the embedded demo model)");
   cmd->add_option("--host", o->http.host, "Address to listen on")->capture_default_str();
   cmd->add_option("--port", o->http.port, "Port")->check(CLI::Range(1, 65535))->capture_default_str();
   cmd->add_option("--api-key", o->http.api_key, "Require this key (Bearer or x-api-key)");
