@@ -188,6 +188,8 @@ void Engine::loop() {
       }
       running.clear();
     }
+    std::lock_guard lock(mu_);
+    stats_.running = static_cast<int64_t>(running.size());
   }
   for (auto& s : running) emit_done(*s->req, FinishReason::CANCELLED, {});
 }
@@ -304,8 +306,6 @@ void Engine::step(std::vector<std::unique_ptr<Slot>>& running) {
   std::erase_if(running, [&](auto& s) {
     return std::find(ended.begin(), ended.end(), s.get()) != ended.end();
   });
-  std::lock_guard lock(mu_);
-  stats_.running = static_cast<int64_t>(running.size());
 }
 
 }  // namespace ft
