@@ -190,6 +190,8 @@ void Engine::loop() {
     }
     std::lock_guard lock(mu_);
     stats_.running = static_cast<int64_t>(running.size());
+    stats_.kv_bytes = 0;
+    for (const auto& s : running) stats_.kv_bytes += (s->kv->k.size() + s->kv->v.size()) * sizeof(float);
   }
   for (auto& s : running) emit_done(*s->req, FinishReason::CANCELLED, {});
 }
