@@ -1,6 +1,12 @@
-// Shared CUDA helpers: CUDA_CHECK with file:line, launch checking, warp/block reductions.
+// Shared CUDA helpers: CUDA_CHECK with file:line, launch checking, warp/block reductions,
+// weight-element loads (f32 / f16 / bf16 -> f32) and the warp dot product GEMVs are built on.
 #pragma once
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "base/error.h"
+#include "base/tensor.h"
 
 #include <cstdio>
 #include <cstdlib>
@@ -37,6 +43,99 @@ __device__ __forceinline__ float block_sum(float v) {
   v = warp_sum(v);
   __syncthreads();
   return v;
+}
+
+// Weight element types as the kernels see them: bf16 and f16 share storage, not meaning.
+struct bf16w {
+  uint16_t bits;
+};
+struct f16w {
+  uint16_t bits;
+};
+
+__device__ __forceinline__ float to_f32(float v) { return v; }
+__device__ __forceinline__ float to_f32(bf16w v) { return __uint_as_float(uint32_t{v.bits} << 16); }
+__device__ __forceinline__ float to_f32(f16w v) { return __half2float(__ushort_as_half(v.bits)); }
+
+// Elements per 16-byte vector of W.
+template <typename W>
+constexpr int k_vec = 16 / sizeof(W);
+
+// Loads k_vec<W> consecutive weights (16-byte aligned) as f32.
+__device__ __forceinline__ void load_vec(const float* p, float* out) {
+  const float4 v = *reinterpret_cast<const float4*>(p);
+  out[0] = v.x, out[1] = v.y, out[2] = v.z, out[3] = v.w;
+}
+__device__ __forceinline__ void load_vec(const bf16w* p, float* out) {
+  const uint4 v = *reinterpret_cast<const uint4*>(p);
+  const uint32_t u[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    out[2 * i] = __uint_as_float(u[i] << 16);
+    out[2 * i + 1] = __uint_as_float(u[i] & 0xffff0000u);
+  }
+}
+__device__ __forceinline__ void load_vec(const f16w* p, float* out) {
+  const uint4 v = *reinterpret_cast<const uint4*>(p);
+  const uint32_t u[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&u[i]));
+    out[2 * i] = f.x, out[2 * i + 1] = f.y;
+  }
+}
+
+// acc[t] += dot(x + t*ldx, w) over cols for NT activation rows, partial per lane (the caller
+// reduces with warp_sum). VEC: cols is a multiple of k_vec<W> and rows are 16-byte aligned.
+template <typename W, bool VEC, int NT>
+__device__ __forceinline__ void warp_dot_partial(const float* __restrict__ x, int64_t ldx,
+                                                 const W* __restrict__ w, int64_t cols,
+                                                 float (&acc)[NT]) {
+  const int lane = threadIdx.x & 31;
+  if constexpr (VEC) {
+    constexpr int V = k_vec<W>;
+    for (int64_t i = int64_t{lane} * V; i < cols; i += 32 * V) {
+      float wv[V];
+      load_vec(w + i, wv);
+#pragma unroll
+      for (int t = 0; t < NT; ++t) {
+        const float* xt = x + t * ldx + i;
+#pragma unroll
+        for (int j = 0; j < V; j += 4) {
+          const float4 xv = *reinterpret_cast<const float4*>(xt + j);
+          acc[t] += xv.x * wv[j] + xv.y * wv[j + 1] + xv.z * wv[j + 2] + xv.w * wv[j + 3];
+        }
+      }
+    }
+  } else {
+    for (int64_t i = lane; i < cols; i += 32) {
+      const float wi = to_f32(w[i]);
+#pragma unroll
+      for (int t = 0; t < NT; ++t) acc[t] += x[t * ldx + i] * wi;
+    }
+  }
+}
+
+template <typename W>
+struct TypeTag {
+  using type = W;
+};
+
+// Calls fn(TypeTag<W>{}) with the kernel element type W of a weight dtype.
+template <typename Fn>
+void dispatch_weight_type(DType dt, Fn&& fn) {
+  switch (dt) {
+    case DType::F32: fn(TypeTag<float>{}); break;
+    case DType::BF16: fn(TypeTag<bf16w>{}); break;
+    case DType::F16: fn(TypeTag<f16w>{}); break;
+    default: FT_CHECK(false, "unsupported weight dtype {} (F32, F16 or BF16)", dtype_name(dt));
+  }
+}
+
+// True when a 16-byte vector path can read rows of `cols` elements of W from `p`.
+template <typename W>
+bool vec_ok(const void* p, int64_t cols) {
+  return cols % k_vec<W> == 0 && reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }
 
 }  // namespace ft::cuda

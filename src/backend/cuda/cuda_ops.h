@@ -1,8 +1,13 @@
-// CUDA backend entry points: the same ops as ops/ops.h, on device pointers (f32 activations).
-// Declared here without CUDA headers so host code can call them.
+// CUDA backend entry points: the same ops as ops/ops.h, on device pointers (f32 activations,
+// row-major [n, dim]). Declared here without CUDA headers so host code can call them. Every op
+// runs on the legacy default stream; launchers validate arguments (FT_CHECK), kernels trust.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
+
+#include "base/tensor.h"
 
 namespace ft::cuda {
 
@@ -11,12 +16,165 @@ int device_count();
 // "NVIDIA H200, 139.8 GiB, sm_90" for device 0, or a reason when unavailable.
 std::string device_summary();
 
-// y[i] = rmsnorm(x[i]) * w for n rows of width dim. Device pointers; stream 0.
+// ---- memory (memory.cu)
+
+// Owning cudaMalloc'd bytes; movable, freed on destruction.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  explicit DeviceBuffer(size_t bytes);
+  ~DeviceBuffer();
+  DeviceBuffer(DeviceBuffer&& o) noexcept;
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  void* data() const { return data_; }
+  template <typename T>
+  T* as() const { return static_cast<T*>(data_); }
+  size_t bytes() const { return bytes_; }
+  // Copies host bytes in at a byte offset (synchronous).
+  void upload(const void* src, size_t bytes, size_t offset = 0);
+
+ private:
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+void copy_to_device(void* dst, const void* src, size_t bytes);  // synchronous
+void copy_to_host(void* dst, const void* src, size_t bytes);    // synchronous
+void copy_on_device(void* dst, const void* src, size_t bytes);  // async on the default stream
+void synchronize();  // waits for the device; reports any asynchronous error with file:line
+
+// ---- weights
+
+// A weight matrix in VRAM: [rows, cols] row-major, F32, F16 or BF16.
+struct DeviceMatrix {
+  const void* data = nullptr;
+  DType dtype = DType::F32;
+  int64_t rows = 0, cols = 0;
+};
+
+// One MoE layer's experts stacked in VRAM: gate/up [n_experts, inter, hidden], down
+// [n_experts, hidden, inter], all one dtype.
+struct DeviceExperts {
+  const void* gate = nullptr;
+  const void* up = nullptr;
+  const void* down = nullptr;
+  DType dtype = DType::BF16;
+  int64_t n_experts = 0, hidden = 0, inter = 0;
+};
+
+// ---- elementwise and norms
+
+// out[i, :] = table row ids[i] as f32. ids: device [n], each in [0, table.rows) (not checked).
+void embed(const DeviceMatrix& table, const int32_t* ids, int64_t n, float* out);
+// y[i] = rmsnorm(x[i]) * w for n rows of width dim (y may alias x). Per-head norms are rows
+// of head_dim: n_tokens * n_heads rows.
 void rmsnorm(const float* x, int64_t n, int64_t dim, const float* w, float eps, float* y);
-// y = silu(g) * u over count elements.
+// y = silu(g) * u over count elements (y may alias g).
 void silu_mul(const float* g, const float* u, int64_t count, float* y);
-// y[n, rows] = x[n, cols] W^T with W bf16 [rows, cols] (raw bits).
-void matmul_bf16(const float* x, int64_t n, const uint16_t* w, int64_t rows, int64_t cols,
-                 float* y);
+// x += y over count elements (residual add).
+void add_inplace(float* x, const float* y, int64_t count);
+// y[t, r] += bias[r] for n rows of width rows.
+void add_bias(float* y, int64_t n, int64_t rows, const float* bias);
+// x = clamp(x, -limit, limit) over count elements.
+void clamp(float* x, int64_t count, float limit);
+
+// Rotary embedding in place on x [n, n_heads, head_dim] for positions pos0..pos0+n-1, on the
+// first rot_dim dims of each head; NeoX halves or interleaved pairs. cos/sin: device tables
+// [>= pos0+n, rot_dim/2] (attention factor already applied).
+struct RopeArgs {
+  float* x;
+  int64_t n, n_heads, head_dim, rot_dim, pos0;
+  bool interleaved;
+  const float* cos;
+  const float* sin;
+};
+void rope(const RopeArgs& a);
+
+// ---- matmul (matmul.cu: GEMV for n <= k_gemv_max_tokens, cuBLAS GEMM above)
+
+constexpr int64_t k_gemv_max_tokens = 4;
+
+// cuBLAS handle plus the scratch the GEMM path needs, allocated once for up to max_tokens rows
+// of up to max_cols inputs. Fp32 compute on every path: f32 weights use SGEMM; bf16 weights
+// use two bf16 GEMMs with fp32 accumulation over x = hi + lo (x split into two bf16 parts,
+// relative error ~2^-17, below fp32 reordering noise); f16 weights are dequantised to f32 in
+// tiles for SGEMM. Not thread-safe: one per stream of work.
+class Blas {
+ public:
+  Blas(int64_t max_tokens, int64_t max_cols);
+  ~Blas();
+  Blas(const Blas&) = delete;
+  Blas& operator=(const Blas&) = delete;
+
+  int64_t max_tokens() const { return max_tokens_; }
+  int64_t max_cols() const { return max_cols_; }
+  void* handle() const { return handle_; }
+  uint16_t* split() const { return split_.as<uint16_t>(); }  // [2, max_tokens, max_cols] bf16
+  float* dequant() const { return dequant_.as<float>(); }    // [k_dequant_elems] f32
+  static constexpr int64_t k_dequant_elems = int64_t{1} << 22;
+
+ private:
+  int64_t max_tokens_, max_cols_;
+  void* handle_ = nullptr;  // cublasHandle_t
+  DeviceBuffer split_, dequant_;
+};
+
+// y[n, w.rows] = x[n, w.cols] W^T (+ bias[w.rows]).
+void matmul(Blas& blas, const float* x, int64_t n, const DeviceMatrix& w, float* y,
+            const float* bias = nullptr);
+// The GEMV kernel alone (any n; used by matmul for small n and by tests).
+void gemv(const float* x, int64_t n, const DeviceMatrix& w, float* y, const float* bias = nullptr);
+
+// ---- MoE (route.cu, moe.cu)
+
+// Per token (one warp each): softmax over logits [n, n_experts], the top_k largest (ties:
+// lower index) with their probabilities, renormalised to sum 1 when renormalize. ids/weights:
+// [n, top_k]. n_experts <= 512, top_k <= min(32, n_experts).
+void route_topk_softmax(const float* logits, int64_t n, int64_t n_experts, int64_t top_k,
+                        bool renormalize, int32_t* ids, float* weights);
+
+// Scratch of the experts layer for up to max_tokens tokens of top_k slots each.
+class MoeWorkspace {
+ public:
+  MoeWorkspace(int64_t max_tokens, int64_t top_k, int64_t n_experts, int64_t hidden,
+               int64_t inter);
+  int64_t max_tokens, top_k, n_experts, hidden, inter;
+  DeviceBuffer xs, act, up, down;  // [slots, hidden], [slots, inter] x2, [slots, hidden]
+  DeviceBuffer offsets;            // [n_experts + 1] i32: rows of expert e in the grouped order
+  DeviceBuffer row_slot, slot_row; // [slots] i32: grouped row -> slot (t*top_k+k), and back
+  std::vector<int32_t> host_offsets;  // [n_experts + 1], read back for the per-expert GEMMs
+};
+
+// out[t] = sum_k weights[t,k] * SwiGLU_{ids[t,k]}(x[t]) for n tokens. Decode (n <=
+// k_gemv_max_tokens): one GEMV per (token, k), no host sync. Prefill: count -> offsets ->
+// gather -> per-expert matmul (host reads the offsets) -> weighted combine in top-k order.
+struct MoeArgs {
+  const float* x;        // [n, hidden]
+  int64_t n;
+  const int32_t* ids;    // [n, top_k]
+  const float* weights;  // [n, top_k]
+  int64_t top_k;
+  float* out;            // [n, hidden]
+};
+void moe_experts(Blas& blas, const DeviceExperts& e, const MoeArgs& a, MoeWorkspace& ws);
+
+// ---- attention (attention.cu)
+
+// Causal GQA attention of n new tokens at positions pos0.. over a KV cache that already holds
+// their keys/values. q/out: [n, n_heads * head_dim]; caches: [>= pos0+n, n_kv_heads *
+// head_dim]. head_dim <= 256. One block per (token, head), online softmax over the keys.
+struct AttentionArgs {
+  const float* q;
+  int64_t n_tokens, pos0;
+  const float* k_cache;
+  const float* v_cache;
+  int64_t n_heads, n_kv_heads, head_dim;
+  float scale;
+  float* out;
+};
+void attention(const AttentionArgs& a);
 
 }  // namespace ft::cuda

@@ -1,0 +1,177 @@
+// matmul: y = x W^T (+ bias) with f32 / f16 / bf16 weights and fp32 compute on every path.
+// Small n (decode): a warp per output row reading 16-byte weight vectors, NT tokens per warp
+// so each weight is read once. Larger n: cuBLAS (see Blas in cuda_ops.h for the bf16 split).
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+
+#include <algorithm>
+
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/cuda_ops.h"
+
+#define CUBLAS_CHECK(expr)                                                                   \
+  do {                                                                                       \
+    cublasStatus_t st_ = (expr);                                                             \
+    if (st_ != CUBLAS_STATUS_SUCCESS) {                                                      \
+      std::fprintf(stderr, "%s:%d: cuBLAS error %s: %s\n", __FILE__, __LINE__, #expr,        \
+                   cublasGetStatusString(st_));                                              \
+      std::abort();                                                                          \
+    }                                                                                        \
+  } while (0)
+
+namespace ft::cuda {
+
+namespace {
+// ---- kernels
+constexpr int k_gemv_rows = 8;  // warps (output rows) per block
+
+template <typename W, bool VEC, int NT>
+__global__ void gemv_kernel(const float* __restrict__ x, const W* __restrict__ w, int64_t rows,
+                            int64_t cols, const float* __restrict__ bias, float* __restrict__ y) {
+  const int64_t row = blockIdx.x * int64_t{k_gemv_rows} + threadIdx.y;
+  if (row >= rows) return;
+  float acc[NT] = {};
+  warp_dot_partial<W, VEC, NT>(x, cols, w + row * cols, cols, acc);
+#pragma unroll
+  for (int t = 0; t < NT; ++t) {
+    const float s = warp_sum(acc[t]);
+    if (threadIdx.x == 0) y[t * rows + row] = bias ? s + bias[row] : s;
+  }
+}
+
+// x = hi + lo with both parts bf16: hi = bf16(x), lo = bf16(x - hi).
+__global__ void split_bf16_kernel(const float* __restrict__ x, int64_t count,
+                                  __nv_bfloat16* __restrict__ hi, __nv_bfloat16* __restrict__ lo) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const __nv_bfloat16 h = __float2bfloat16_rn(x[i]);
+    hi[i] = h;
+    lo[i] = __float2bfloat16_rn(x[i] - __bfloat162float(h));
+  }
+}
+
+template <typename W>
+__global__ void dequant_kernel(const W* __restrict__ w, int64_t count, float* __restrict__ out) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count;
+       i += int64_t{gridDim.x} * blockDim.x)
+    out[i] = to_f32(w[i]);
+}
+
+unsigned grid_for(int64_t count) {
+  const int64_t blocks = (count + 255) / 256;
+  return static_cast<unsigned>(blocks < 65535 ? blocks : 65535);
+}
+
+// ---- launchers
+template <typename W, bool VEC>
+void launch_gemv(const float* x, int64_t nt, const W* w, int64_t rows, int64_t cols,
+                 const float* bias, float* y) {
+  const dim3 block(32, k_gemv_rows);
+  const auto grid = static_cast<unsigned>((rows + k_gemv_rows - 1) / k_gemv_rows);
+  switch (nt) {
+    case 1: gemv_kernel<W, VEC, 1><<<grid, block>>>(x, w, rows, cols, bias, y); break;
+    case 2: gemv_kernel<W, VEC, 2><<<grid, block>>>(x, w, rows, cols, bias, y); break;
+    case 3: gemv_kernel<W, VEC, 3><<<grid, block>>>(x, w, rows, cols, bias, y); break;
+    default: gemv_kernel<W, VEC, 4><<<grid, block>>>(x, w, rows, cols, bias, y); break;
+  }
+  CUDA_CHECK_LAUNCH();
+}
+
+void check_matrix(const DeviceMatrix& w, const char* op) {
+  FT_CHECK(w.data && w.rows > 0 && w.cols > 0, "{}: empty weight [{}, {}]", op, w.rows, w.cols);
+}
+
+// y[n, rows] (ld rows) = x[n, cols] W[r0.., cols]^T for m rows: column-major Y^T = W^T' X'.
+void sgemm(cublasHandle_t h, const float* x, int64_t n, const float* w, int64_t m, int64_t cols,
+           float* y, int64_t ldy) {
+  const float one = 1.f, zero = 0.f;
+  CUBLAS_CHECK(cublasSgemm(h, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(m), static_cast<int>(n),
+                           static_cast<int>(cols), &one, w, static_cast<int>(cols), x,
+                           static_cast<int>(cols), &zero, y, static_cast<int>(ldy)));
+}
+
+void gemm_bf16_split(Blas& blas, const float* x, int64_t n, const DeviceMatrix& w, float* y) {
+  FT_CHECK(w.cols <= blas.max_cols(), "matmul: {} inputs exceed the Blas width {}", w.cols,
+           blas.max_cols());
+  const int64_t count = n * w.cols;
+  auto* hi = reinterpret_cast<__nv_bfloat16*>(blas.split());
+  auto* lo = hi + count;
+  split_bf16_kernel<<<grid_for(count), 256>>>(x, count, hi, lo);
+  CUDA_CHECK_LAUNCH();
+  auto h = static_cast<cublasHandle_t>(blas.handle());
+  const float one = 1.f, zero = 0.f;
+  const int m = static_cast<int>(w.rows), nn = static_cast<int>(n), k = static_cast<int>(w.cols);
+  for (int part = 0; part < 2; ++part)
+    CUBLAS_CHECK(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, m, nn, k, &one, w.data, CUDA_R_16BF, k,
+                              part == 0 ? hi : lo, CUDA_R_16BF, k, part == 0 ? &zero : &one, y,
+                              CUDA_R_32F, m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+void gemm_f16_dequant(Blas& blas, const float* x, int64_t n, const DeviceMatrix& w, float* y) {
+  auto h = static_cast<cublasHandle_t>(blas.handle());
+  const int64_t chunk = std::max<int64_t>(1, Blas::k_dequant_elems / w.cols);
+  FT_CHECK(chunk * w.cols <= Blas::k_dequant_elems, "matmul: a row of {} exceeds the tile",
+           w.cols);
+  const auto* wh = static_cast<const f16w*>(w.data);
+  for (int64_t r0 = 0; r0 < w.rows; r0 += chunk) {
+    const int64_t m = std::min(chunk, w.rows - r0);
+    dequant_kernel<f16w><<<grid_for(m * w.cols), 256>>>(wh + r0 * w.cols, m * w.cols,
+                                                         blas.dequant());
+    CUDA_CHECK_LAUNCH();
+    sgemm(h, x, n, blas.dequant(), m, w.cols, y + r0, w.rows);
+  }
+}
+}  // namespace
+
+Blas::Blas(int64_t max_tokens, int64_t max_cols)
+    : max_tokens_(max_tokens), max_cols_(max_cols),
+      split_(2 * static_cast<size_t>(max_tokens * max_cols) * sizeof(uint16_t)),
+      dequant_(k_dequant_elems * sizeof(float)) {
+  FT_CHECK(max_tokens > 0 && max_cols > 0, "Blas: bad sizes");
+  cublasHandle_t h = nullptr;
+  CUBLAS_CHECK(cublasCreate(&h));
+  // Default math: no TF32 down-conversion of f32 operands (fp32 compute is the contract).
+  CUBLAS_CHECK(cublasSetMathMode(h, CUBLAS_DEFAULT_MATH));
+  handle_ = h;
+}
+
+Blas::~Blas() {
+  if (handle_) cublasDestroy(static_cast<cublasHandle_t>(handle_));
+}
+
+void gemv(const float* x, int64_t n, const DeviceMatrix& w, float* y, const float* bias) {
+  check_matrix(w, "gemv");
+  dispatch_weight_type(w.dtype, [&](auto tag) {
+    using W = typename decltype(tag)::type;
+    const auto* wp = static_cast<const W*>(w.data);
+    const bool vec = vec_ok<W>(w.data, w.cols) && reinterpret_cast<uintptr_t>(x) % 16 == 0;
+    for (int64_t t0 = 0; t0 < n; t0 += k_gemv_max_tokens) {
+      const int64_t nt = std::min(k_gemv_max_tokens, n - t0);
+      if (vec)
+        launch_gemv<W, true>(x + t0 * w.cols, nt, wp, w.rows, w.cols, bias, y + t0 * w.rows);
+      else
+        launch_gemv<W, false>(x + t0 * w.cols, nt, wp, w.rows, w.cols, bias, y + t0 * w.rows);
+    }
+  });
+}
+
+void matmul(Blas& blas, const float* x, int64_t n, const DeviceMatrix& w, float* y,
+            const float* bias) {
+  check_matrix(w, "matmul");
+  FT_CHECK(n >= 0 && n <= blas.max_tokens(), "matmul: {} rows exceed the Blas capacity {}", n,
+           blas.max_tokens());
+  if (n == 0) return;
+  if (n <= k_gemv_max_tokens) return gemv(x, n, w, y, bias);
+  switch (w.dtype) {
+    case DType::F32:
+      sgemm(static_cast<cublasHandle_t>(blas.handle()), x, n, static_cast<const float*>(w.data),
+            w.rows, w.cols, y, w.rows);
+      break;
+    case DType::BF16: gemm_bf16_split(blas, x, n, w, y); break;
+    case DType::F16: gemm_f16_dequant(blas, x, n, w, y); break;
+    default: FT_CHECK(false, "matmul: unsupported weight dtype {}", dtype_name(w.dtype));
+  }
+  if (bias) add_bias(y, n, w.rows, bias);
+}
+
+}  // namespace ft::cuda

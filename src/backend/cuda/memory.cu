@@ -1,0 +1,49 @@
+// Device memory: the owning buffer and synchronous/asynchronous copies.
+#include <utility>
+
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/cuda_ops.h"
+
+namespace ft::cuda {
+
+DeviceBuffer::DeviceBuffer(size_t bytes) : bytes_(bytes) {
+  if (bytes > 0) CUDA_CHECK(cudaMalloc(&data_, bytes));
+}
+
+DeviceBuffer::~DeviceBuffer() {
+  if (data_) cudaFree(data_);
+}
+
+DeviceBuffer::DeviceBuffer(DeviceBuffer&& o) noexcept
+    : data_(std::exchange(o.data_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
+
+DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
+  if (this != &o) {
+    if (data_) cudaFree(data_);
+    data_ = std::exchange(o.data_, nullptr);
+    bytes_ = std::exchange(o.bytes_, 0);
+  }
+  return *this;
+}
+
+void DeviceBuffer::upload(const void* src, size_t bytes, size_t offset) {
+  FT_CHECK(offset + bytes <= bytes_, "upload of {} bytes at {} overflows a {}-byte buffer", bytes,
+           offset, bytes_);
+  copy_to_device(static_cast<char*>(data_) + offset, src, bytes);
+}
+
+void copy_to_device(void* dst, const void* src, size_t bytes) {
+  if (bytes) CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
+}
+
+void copy_to_host(void* dst, const void* src, size_t bytes) {
+  if (bytes) CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));
+}
+
+void copy_on_device(void* dst, const void* src, size_t bytes) {
+  if (bytes) CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, 0));
+}
+
+void synchronize() { CUDA_CHECK(cudaDeviceSynchronize()); }
+
+}  // namespace ft::cuda

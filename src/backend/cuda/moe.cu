@@ -1,0 +1,189 @@
+// moe: the experts layer on stacked expert weights. Decode: a fused gate/up GEMV and a down
+// GEMV per (token, k) slot, then a weighted combine, with no host sync. Prefill: slots grouped
+// by expert (count -> offsets -> gather, stable in slot order), per-expert matmul through
+// cuBLAS, then the same combine through the slot -> row map (top-k order, deterministic).
+#include <algorithm>
+
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/cuda_ops.h"
+
+namespace ft::cuda {
+
+namespace {
+constexpr int k_rows = 8;  // output rows (warps) per GEMV block
+
+__device__ __forceinline__ float silu(float g) { return g / (1.f + expf(-g)); }
+
+// ---- kernels
+// act[s, r] = silu(x[t] . gate[e][r]) * (x[t] . up[e][r]) for slot s = t * top_k + k.
+template <typename W, bool VEC>
+__global__ void gate_up_kernel(const float* __restrict__ x, const int32_t* __restrict__ ids,
+                               int top_k, const W* __restrict__ gate, const W* __restrict__ up,
+                               int64_t hidden, int64_t inter, float* __restrict__ act) {
+  const int64_t r = blockIdx.x * int64_t{k_rows} + threadIdx.y, s = blockIdx.y;
+  if (r >= inter) return;
+  const int64_t e = ids[s], off = (e * inter + r) * hidden;
+  const float* xt = x + (s / top_k) * hidden;
+  float g[1] = {0.f}, u[1] = {0.f};
+  warp_dot_partial<W, VEC, 1>(xt, hidden, gate + off, hidden, g);
+  warp_dot_partial<W, VEC, 1>(xt, hidden, up + off, hidden, u);
+  const float gs = warp_sum(g[0]), us = warp_sum(u[0]);
+  if (threadIdx.x == 0) act[s * inter + r] = silu(gs) * us;
+}
+
+// d[s, r] = act[s] . down[e][r].
+template <typename W, bool VEC>
+__global__ void down_kernel(const float* __restrict__ act, const int32_t* __restrict__ ids,
+                            const W* __restrict__ down, int64_t hidden, int64_t inter,
+                            float* __restrict__ d) {
+  const int64_t r = blockIdx.x * int64_t{k_rows} + threadIdx.y, s = blockIdx.y;
+  if (r >= hidden) return;
+  float acc[1] = {0.f};
+  warp_dot_partial<W, VEC, 1>(act + s * inter, inter, down + (ids[s] * hidden + r) * inter,
+                              inter, acc);
+  const float v = warp_sum(acc[0]);
+  if (threadIdx.x == 0) d[s * hidden + r] = v;
+}
+
+// out[t] = sum_k w[t, k] * d[row(t, k)], k ascending; row = slot_row[slot] or the slot itself.
+__global__ void combine_kernel(const float* __restrict__ d, const int32_t* __restrict__ slot_row,
+                               const float* __restrict__ w, int top_k, int64_t hidden,
+                               float* __restrict__ out) {
+  const int64_t t = blockIdx.x;
+  for (int64_t j = threadIdx.x; j < hidden; j += blockDim.x) {
+    float o = 0.f;
+    for (int k = 0; k < top_k; ++k) {
+      const int64_t s = t * top_k + k, row = slot_row ? slot_row[s] : s;
+      o += w[s] * d[row * hidden + j];
+    }
+    out[t * hidden + j] = o;
+  }
+}
+
+// One block: offsets[e] = first grouped row of expert e; rows keep slot order within an
+// expert. Thread e scans the slots (slots are few: max_tokens * top_k).
+__global__ void group_kernel(const int32_t* __restrict__ ids, int64_t slots, int n_experts,
+                             int32_t* __restrict__ offsets, int32_t* __restrict__ row_slot,
+                             int32_t* __restrict__ slot_row) {
+  for (int e = threadIdx.x; e < n_experts; e += blockDim.x) {
+    int32_t c = 0;
+    for (int64_t i = 0; i < slots; ++i) c += ids[i] == e;
+    offsets[e + 1] = c;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    offsets[0] = 0;
+    for (int e = 0; e < n_experts; ++e) offsets[e + 1] += offsets[e];
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e < n_experts; e += blockDim.x) {
+    int32_t row = offsets[e];
+    for (int64_t i = 0; i < slots; ++i)
+      if (ids[i] == e) {
+        row_slot[row] = static_cast<int32_t>(i);
+        slot_row[i] = row++;
+      }
+  }
+}
+
+// xs[r] = x[row_slot[r] / top_k].
+__global__ void gather_kernel(const float* __restrict__ x, const int32_t* __restrict__ row_slot,
+                              int top_k, int64_t hidden, float* __restrict__ xs) {
+  const float* src = x + (row_slot[blockIdx.x] / top_k) * hidden;
+  for (int64_t j = threadIdx.x; j < hidden; j += blockDim.x) xs[blockIdx.x * hidden + j] = src[j];
+}
+
+// ---- launchers
+void decode(const DeviceExperts& e, const MoeArgs& a, MoeWorkspace& ws) {
+  const int64_t slots = a.n * a.top_k, H = e.hidden, I = e.inter;
+  float* act = ws.act.as<float>();
+  float* d = ws.down.as<float>();
+  const int k = static_cast<int>(a.top_k);
+  dispatch_weight_type(e.dtype, [&](auto tag) {
+    using W = typename decltype(tag)::type;
+    const auto *g = static_cast<const W*>(e.gate), *u = static_cast<const W*>(e.up),
+               *dn = static_cast<const W*>(e.down);
+    const dim3 block(32, k_rows);
+    const dim3 grid_gu(static_cast<unsigned>((I + k_rows - 1) / k_rows), static_cast<unsigned>(slots));
+    const dim3 grid_d(static_cast<unsigned>((H + k_rows - 1) / k_rows), static_cast<unsigned>(slots));
+    const bool vec_gu = vec_ok<W>(e.gate, H) && vec_ok<W>(e.up, H) &&
+                        reinterpret_cast<uintptr_t>(a.x) % 16 == 0;
+    const bool vec_d = vec_ok<W>(e.down, I) && I % 4 == 0;  // act rows: ld I, cudaMalloc'd
+    if (vec_gu)
+      gate_up_kernel<W, true><<<grid_gu, block>>>(a.x, a.ids, k, g, u, H, I, act);
+    else
+      gate_up_kernel<W, false><<<grid_gu, block>>>(a.x, a.ids, k, g, u, H, I, act);
+    CUDA_CHECK_LAUNCH();
+    if (vec_d)
+      down_kernel<W, true><<<grid_d, block>>>(act, a.ids, dn, H, I, d);
+    else
+      down_kernel<W, false><<<grid_d, block>>>(act, a.ids, dn, H, I, d);
+    CUDA_CHECK_LAUNCH();
+  });
+  combine_kernel<<<static_cast<unsigned>(a.n), 256>>>(d, nullptr, a.weights, k, H, a.out);
+  CUDA_CHECK_LAUNCH();
+}
+
+void prefill(Blas& blas, const DeviceExperts& e, const MoeArgs& a, MoeWorkspace& ws) {
+  const int64_t slots = a.n * a.top_k, H = e.hidden, I = e.inter, E = e.n_experts;
+  const int k = static_cast<int>(a.top_k);
+  auto* offsets = ws.offsets.as<int32_t>();
+  auto* row_slot = ws.row_slot.as<int32_t>();
+  auto* slot_row = ws.slot_row.as<int32_t>();
+  group_kernel<<<1, 256>>>(a.ids, slots, static_cast<int>(E), offsets, row_slot, slot_row);
+  CUDA_CHECK_LAUNCH();
+  gather_kernel<<<static_cast<unsigned>(slots), 128>>>(a.x, row_slot, k, H, ws.xs.as<float>());
+  CUDA_CHECK_LAUNCH();
+  // The host needs the group sizes to size each expert's GEMM: one sync per MoE layer.
+  copy_to_host(ws.host_offsets.data(), offsets, (E + 1) * sizeof(int32_t));
+  const size_t esize = dtype_size(e.dtype);
+  auto mat = [&](const void* base, int64_t ex, int64_t rows, int64_t cols) {
+    DeviceMatrix m;
+    m.data = static_cast<const char*>(base) + ex * rows * cols * esize;
+    m.dtype = e.dtype, m.rows = rows, m.cols = cols;
+    return m;
+  };
+  float *xs = ws.xs.as<float>(), *act = ws.act.as<float>(), *up = ws.up.as<float>(),
+        *d = ws.down.as<float>();
+  for (int64_t ex = 0; ex < E; ++ex) {
+    const int64_t r0 = ws.host_offsets[ex], cnt = ws.host_offsets[ex + 1] - r0;
+    if (cnt == 0) continue;
+    matmul(blas, xs + r0 * H, cnt, mat(e.gate, ex, I, H), act + r0 * I);
+    matmul(blas, xs + r0 * H, cnt, mat(e.up, ex, I, H), up + r0 * I);
+  }
+  silu_mul(act, up, slots * I, act);
+  for (int64_t ex = 0; ex < E; ++ex) {
+    const int64_t r0 = ws.host_offsets[ex], cnt = ws.host_offsets[ex + 1] - r0;
+    if (cnt > 0) matmul(blas, act + r0 * I, cnt, mat(e.down, ex, H, I), d + r0 * H);
+  }
+  combine_kernel<<<static_cast<unsigned>(a.n), 256>>>(d, slot_row, a.weights, k, H, a.out);
+  CUDA_CHECK_LAUNCH();
+}
+}  // namespace
+
+MoeWorkspace::MoeWorkspace(int64_t max_tokens_, int64_t top_k_, int64_t n_experts_,
+                           int64_t hidden_, int64_t inter_)
+    : max_tokens(max_tokens_), top_k(top_k_), n_experts(n_experts_), hidden(hidden_),
+      inter(inter_), xs(max_tokens_ * top_k_ * hidden_ * sizeof(float)),
+      act(max_tokens_ * top_k_ * inter_ * sizeof(float)),
+      up(max_tokens_ * top_k_ * inter_ * sizeof(float)),
+      down(max_tokens_ * top_k_ * hidden_ * sizeof(float)),
+      offsets((n_experts_ + 1) * sizeof(int32_t)),
+      row_slot(max_tokens_ * top_k_ * sizeof(int32_t)),
+      slot_row(max_tokens_ * top_k_ * sizeof(int32_t)), host_offsets(n_experts_ + 1) {}
+
+void moe_experts(Blas& blas, const DeviceExperts& e, const MoeArgs& a, MoeWorkspace& ws) {
+  FT_CHECK(e.gate && e.up && e.down && e.n_experts > 0 && e.hidden > 0 && e.inter > 0,
+           "moe_experts: empty experts");
+  FT_CHECK(a.n >= 0 && a.n <= ws.max_tokens && a.top_k == ws.top_k &&
+               e.n_experts == ws.n_experts && e.hidden == ws.hidden && e.inter == ws.inter,
+           "moe_experts: {} tokens x top-{} do not fit the workspace ({} x top-{})", a.n,
+           a.top_k, ws.max_tokens, ws.top_k);
+  if (a.n == 0) return;
+  if (a.n <= k_gemv_max_tokens)
+    decode(e, a, ws);
+  else
+    prefill(blas, e, a, ws);
+}
+
+}  // namespace ft::cuda

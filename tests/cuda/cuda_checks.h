@@ -1,0 +1,28 @@
+// CUDA differential checks shared by the gtest suite (cuda_ops_test) and the standalone
+// validator (cuda_validate, no gtest): each check compares a CUDA op, or the whole CUDA
+// forward, with the CPU op or the golden fixture, and returns "" on success or a message.
+#pragma once
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace ft::cuda_checks {
+
+struct Check {
+  std::string name;
+  std::function<std::string()> run;
+};
+
+// Each CUDA op vs its CPU op over a grid of shapes (odd sizes included) and weight dtypes.
+std::vector<Check> op_checks();
+
+// Fixture parity of CudaTransformer: prefill logits at every position (one pass and chunked),
+// token-by-token decode and the 16 greedy ids. Tolerance as tests/models/parity_test.cpp:
+// max|d| <= 1e-3 * max|ref| per row.
+std::vector<Check> model_checks(const std::string& fixtures_dir);
+const std::vector<std::string>& fixture_names();
+
+// Decode tokens/s of CudaTransformer on a fixture after a prompt prefill (n_tokens steps).
+double decode_tokens_per_s(const std::string& fixture_dir, int n_tokens);
+
+}  // namespace ft::cuda_checks

@@ -1,0 +1,55 @@
+// Standalone CUDA validation without gtest (for GPU machines that lack it): runs every check in
+// cuda_checks.h, prints PASS/FAIL per check, then decode tokens/s per fixture.
+// Usage: cuda_validate [fixtures_dir] [decode_tokens (0: no timing)] [name filter].
+// Exit status 0 when every check run passed.
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+
+#include "backend/cuda/cuda_ops.h"
+#include "cuda_checks.h"
+
+int main(int argc, char** argv) {
+  using namespace ft::cuda_checks;
+  const std::string fixtures = argc > 1 ? argv[1] : FT_FIXTURES;
+  const int decode_tokens = argc > 2 ? std::atoi(argv[2]) : 256;
+  const std::string filter = argc > 3 ? argv[3] : "";
+  if (ft::cuda::device_count() == 0) {
+    std::printf("SKIP: %s\n", ft::cuda::device_summary().c_str());
+    return 0;
+  }
+  std::printf("device: %s\n", ft::cuda::device_summary().c_str());
+  int failed = 0, total = 0;
+  auto checks = op_checks();
+  for (auto& c : model_checks(fixtures)) checks.push_back(c);
+  for (const Check& c : checks) {
+    if (c.name.find(filter) == std::string::npos) continue;
+    const auto t0 = std::chrono::steady_clock::now();
+    std::string err;
+    try {
+      err = c.run();
+    } catch (const std::exception& e) {
+      err = std::string("exception: ") + e.what() + "\n";
+    }
+    const double ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    ++total;
+    if (!err.empty()) ++failed;
+    std::printf("%s %-32s %8.1f ms\n", err.empty() ? "PASS" : "FAIL", c.name.c_str(), ms);
+    if (!err.empty()) std::printf("%.4000s", err.c_str());
+    std::fflush(stdout);
+  }
+  for (const std::string& f : fixture_names()) {
+    if (decode_tokens <= 0) break;
+    try {
+      std::printf("decode %-16s %8.1f tokens/s (%d tokens, batch 1, logits to host each step)\n",
+                  f.c_str(), decode_tokens_per_s(fixtures + "/" + f, decode_tokens),
+                  decode_tokens);
+    } catch (const std::exception& e) {
+      std::printf("decode %-16s failed: %s\n", f.c_str(), e.what());
+    }
+  }
+  std::printf("%s: %d/%d checks passed\n", failed ? "FAIL" : "PASS", total - failed, total);
+  return failed ? 1 : 0;
+}

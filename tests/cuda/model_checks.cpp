@@ -1,0 +1,133 @@
+// Golden fixture parity of CudaTransformer (the same references as tests/models/parity_test.cpp)
+// and a decode timing.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include "cuda_checks.h"
+#include "io/safetensors.h"
+#include "model/cuda_transformer.h"
+
+namespace ft::cuda_checks {
+
+namespace {
+struct Reference {
+  std::unique_ptr<Model> model;
+  std::unique_ptr<SafetensorsSet> files;
+  std::vector<int32_t> prompt, greedy;
+  const float* prefill = nullptr;  // [T, V]
+  const float* decode = nullptr;   // [N, V]
+};
+
+std::vector<int32_t> ids_of(const TensorView& t) {
+  std::vector<int32_t> out(t.numel());
+  for (int64_t i = 0; i < t.numel(); ++i) out[i] = static_cast<int32_t>(t.as<int64_t>()[i]);
+  return out;
+}
+
+Reference load(const std::string& dir) {
+  Reference r;
+  r.model = Model::load(dir);
+  r.files = std::make_unique<SafetensorsSet>(SafetensorsSet::open_file(dir + "/reference.safetensors"));
+  r.prompt = ids_of(r.files->get("prompt_ids"));
+  r.greedy = ids_of(r.files->get("greedy_ids"));
+  r.prefill = r.files->get("prefill_logits").as<float>();
+  r.decode = r.files->get("decode_logits").as<float>();
+  return r;
+}
+
+int32_t argmax(const float* v, int64_t n) {
+  return static_cast<int32_t>(std::max_element(v, v + n) - v);
+}
+
+// max|got - ref| <= 1e-3 * max|ref| over one row; the message names the row and the worst.
+std::string row_close(const float* got, const float* ref, int64_t n, const std::string& what) {
+  float max_ref = 0, max_d = 0;
+  int64_t at = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    max_ref = std::max(max_ref, std::fabs(ref[i]));
+    const float d = std::fabs(got[i] - ref[i]);
+    if (!(d <= max_d)) max_d = d, at = i;
+  }
+  if (max_d <= 1e-3f * max_ref) return "";
+  return fmt::format("{}: max|d| {} at {} (got {}, ref {}, bound {})\n", what, max_d, at, got[at],
+                     ref[at], 1e-3f * max_ref);
+}
+
+// Prefill in one pass (max_chunk >= T) or in chunks of `chunk`: logits at every position.
+std::string prefill(const std::string& dir, int64_t chunk) {
+  Reference r = load(dir);
+  const int64_t T = static_cast<int64_t>(r.prompt.size()), V = r.model->config().vocab_size;
+  CudaTransformer tf(*r.model, T, chunk);
+  std::vector<float> logits(T * V);
+  tf.forward(r.prompt.data(), T, 0, logits.data(), true);
+  std::string err;
+  for (int64_t t = 0; t < T; ++t)
+    err += row_close(logits.data() + t * V, r.prefill + t * V, V,
+                     fmt::format("chunk {} prefill position {}", chunk, t));
+  return err;
+}
+
+// Token by token through the prompt, then the greedy continuation.
+std::string decode(const std::string& dir) {
+  Reference r = load(dir);
+  const int64_t T = static_cast<int64_t>(r.prompt.size()), V = r.model->config().vocab_size;
+  const int64_t N = static_cast<int64_t>(r.greedy.size());
+  CudaTransformer tf(*r.model, T + N, 64);
+  std::vector<float> logits(V);
+  std::string err;
+  for (int64_t t = 0; t < T; ++t) {
+    tf.forward(&r.prompt[t], 1, t, logits.data(), false);
+    err += row_close(logits.data(), r.prefill + t * V, V, fmt::format("decode position {}", t));
+  }
+  for (int64_t i = 0; i < N; ++i) {
+    err += row_close(logits.data(), r.decode + i * V, V, fmt::format("greedy step {}", i));
+    int32_t next = argmax(logits.data(), V);
+    if (next != r.greedy[i])
+      return err + fmt::format("greedy step {}: id {} != reference {}\n", i, next, r.greedy[i]);
+    if (i + 1 < N) tf.forward(&next, 1, T + i, logits.data(), false);
+  }
+  return err;
+}
+}  // namespace
+
+const std::vector<std::string>& fixture_names() {
+  static const std::vector<std::string> names = {"qwen3_moe", "qwen3_moe_yarn", "mixtral",
+                                                 "olmoe"};
+  return names;
+}
+
+std::vector<Check> model_checks(const std::string& fixtures_dir) {
+  std::vector<Check> out;
+  for (const std::string& f : fixture_names()) {
+    const std::string dir = fixtures_dir + "/" + f;
+    out.push_back({f + "/prefill", [dir] { return prefill(dir, 64); }});
+    out.push_back({f + "/prefill_chunked", [dir] { return prefill(dir, 7); }});
+    out.push_back({f + "/decode_greedy", [dir] { return decode(dir); }});
+  }
+  return out;
+}
+
+double decode_tokens_per_s(const std::string& dir, int n_tokens) {
+  Reference r = load(dir);
+  const int64_t T = static_cast<int64_t>(r.prompt.size()), V = r.model->config().vocab_size;
+  CudaTransformer tf(*r.model, T + n_tokens + 8, 64);
+  std::vector<float> logits(V);
+  tf.forward(r.prompt.data(), T, 0, logits.data(), false);
+  int32_t next = argmax(logits.data(), V);
+  for (int i = 0; i < 8; ++i) {  // warm-up (module load, cuBLAS heuristics)
+    tf.forward(&next, 1, T + i, logits.data(), false);
+    next = argmax(logits.data(), V);
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < n_tokens; ++i) {
+    tf.forward(&next, 1, T + 8 + i, logits.data(), false);
+    next = argmax(logits.data(), V);
+  }
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return n_tokens / s;
+}
+
+}  // namespace ft::cuda_checks
