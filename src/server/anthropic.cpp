@@ -1,6 +1,7 @@
 // Anthropic Messages API: POST /v1/messages (stream or not) and /v1/messages/count_tokens.
-// Wire JSON -> one engine Request (anthropic_convert.cpp); events -> content blocks
-// (thinking, text, tool_use) written whole or as the SSE event sequence
+// Wire JSON -> the chat body (anthropic_convert.cpp) -> the shared chat pipeline of
+// openai_common.h (template, parsers, tool_choice constraint) -> one engine Request; events ->
+// content blocks (thinking, text, tool_use) written whole or as the SSE event sequence
 // message_start, (content_block_start, content_block_delta*, content_block_stop)*,
 // message_delta, message_stop, with pings while the prompt is prefilled.
 #include <fmt/format.h>
@@ -10,6 +11,7 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "server/anthropic_convert.h"
+#include "server/openai_common.h"
 #include "server/server.h"
 
 namespace ft::server {
@@ -95,8 +97,11 @@ class Blocks {
     open_ = Open::NONE;
     return emit("content_block_stop", {{"type", "content_block_stop"}, {"index", index()}});
   }
+  // Framed here rather than by SseWriter::write so keys keep their order ("type" first).
   bool emit(const char* event, const ojson& data) {
-    if (sse_ && ok_) ok_ = sse_->write(event, data);
+    if (sse_ && ok_)
+      ok_ = sse_->write_raw(fmt::format("event: {}\ndata: {}\n\n", event,
+                                        data.dump(-1, ' ', false, ojson::error_handler_t::replace)));
     return ok_;
   }
   int tool_uses() const { return tool_uses_; }
@@ -125,47 +130,76 @@ class Blocks {
   bool ok_ = true;
 };
 
-// Model output -> blocks. Reasoning and tool calls are split out by the shared output parsers
-// (server/parsers/) once those are available; until then all output is text.
+// Model output -> blocks through the shared chat pipeline (reasoning and tool-call parsers).
 class Output {
  public:
-  explicit Output(Blocks& b) : blocks_(b) {}
-  bool feed(const std::string& text) { return blocks_.text(text); }
-  bool finish() { return blocks_.close(); }
+  Output(const openai::ChatJob& job, Blocks& b, bool stream) : chat_(job, stream), blocks_(b) {}
+  bool feed(const std::string& text) { return put(chat_.feed(text)); }
+  bool finish() {
+    put(chat_.finish());
+    return blocks_.close();
+  }
 
  private:
+  bool put(const openai::ChatDelta& d) {
+    blocks_.thinking(d.reasoning);
+    blocks_.text(d.content);
+    for (const ToolCallDelta& c : d.calls) {
+      if (c.index != open_call_) {  // a call's first delta carries its name
+        blocks_.tool_start(c.name);
+        open_call_ = c.index;
+      }
+      blocks_.tool_args(c.arguments);
+    }
+    return blocks_.text({});  // whether the client is still there
+  }
+
+  openai::ChatOutput chat_;
   Blocks& blocks_;
+  int open_call_ = -1;
 };
 
 struct Prepared {
   MessagesRequest msg;
-  std::shared_ptr<Request> req;
+  openai::ChatJob job;
 };
 
+openai::ToolChoice shared_tool_choice(const anthropic::ToolChoice& c) {
+  using K = anthropic::ToolChoice::Kind;
+  using M = openai::ToolChoice::Mode;
+  switch (c.kind) {
+    case K::ANY: return {M::REQUIRED, {}};
+    case K::TOOL: return {M::NAMED, c.name};
+    case K::NONE: return {M::NONE, {}};
+    case K::AUTO: break;
+  }
+  return {M::AUTO, {}};
+}
+
 Prepared prepare(ServerContext& ctx, const httplib::Request& http_req) {
-  Prepared p{anthropic::parse_messages_request(parse_ordered(http_req.body), false), nullptr};
+  Prepared p{anthropic::parse_messages_request(parse_ordered(http_req.body), false), {}};
   const MessagesRequest& m = p.msg;
-  auto req = std::make_shared<Request>();
-  req->label = "messages";
-  req->prompt = render_prompt(ctx, m);
+  p.job = openai::prepare_chat(ctx, m.chat, shared_tool_choice(m.tool_choice));
+  Request& req = *p.job.req;
+  req.label = "messages";
   // Clients ask for their own output budget (Claude Code: 32000); fit it to the context the
   // way hosted APIs do, rather than refusing the request. A prompt that leaves no room still
   // gets the engine's "does not fit" error.
-  const int64_t room = ctx.engine.options().ctx_size - static_cast<int64_t>(req->prompt.size());
-  req->max_tokens = room > 0 ? std::min(m.max_tokens, room) : m.max_tokens;
-  req->sampling.temperature = m.temperature;
-  req->sampling.top_p = m.top_p;
-  req->sampling.top_k = m.top_k;
-  req->sampling.seed = std::random_device{}();
-  req->stop = m.stop_sequences;
-  p.req = std::move(req);
+  const int64_t room = ctx.engine.options().ctx_size - static_cast<int64_t>(req.prompt.size());
+  req.max_tokens = room > 0 ? std::min(m.max_tokens, room) : m.max_tokens;
+  req.sampling.temperature = m.temperature;
+  req.sampling.top_p = m.top_p;
+  req.sampling.top_k = m.top_k;
+  req.sampling.seed = std::random_device{}();
+  req.stop = m.stop_sequences;
+  openai::constrain_tools(ctx, p.job);  // tool_choice any / tool: force one well-formed call
   return p;
 }
 
 void reply_whole(ServerContext& ctx, const Prepared& p, httplib::Response& res) {
   Blocks blocks(nullptr);
-  Output out(blocks);
-  Event done = pump_events(*p.req, [&](const Event& e) { return out.feed(e.text); });
+  Output out(p.job, blocks, false);
+  Event done = pump_events(*p.job.req, [&](const Event& e) { return out.feed(e.text); });
   out.finish();
   if (done.finish == FinishReason::ERROR)
     throw HttpError(500, "api_error", "generation failed: " + done.error);
@@ -196,12 +230,12 @@ struct CancelGuard {
 
 void reply_stream(const Prepared& p, httplib::Response& res) {
   auto guard = std::make_shared<CancelGuard>();
-  guard->req = p.req;
-  const int64_t prompt_tokens = static_cast<int64_t>(p.req->prompt.size());
-  sse_response(res, [guard, model = p.msg.model, prompt_tokens](SseWriter& w) {
+  guard->req = p.job.req;
+  const int64_t prompt_tokens = static_cast<int64_t>(p.job.req->prompt.size());
+  sse_response(res, [guard, job = p.job, model = p.msg.model, prompt_tokens](SseWriter& w) {
     Request& req = *guard->req;
     Blocks blocks(&w);
-    Output out(blocks);
+    Output out(job, blocks, true);
     blocks.emit("message_start",
                 {{"type", "message_start"},
                  {"message", {{"id", anthropic::make_id("msg_")}, {"type", "message"},
@@ -241,7 +275,7 @@ void register_anthropic_routes(httplib::Server& http, ServerContext& ctx) {
   post_json(http, ctx, "/v1/messages", Dialect::ANTHROPIC,
             [&ctx](const nlohmann::json&, const httplib::Request& http_req, httplib::Response& res) {
     Prepared p = prepare(ctx, http_req);
-    ctx.engine.submit(p.req);  // 400 (does not fit) and 429 (queue full) before any streaming
+    ctx.engine.submit(p.job.req);  // 400 (does not fit) and 429 (queue full) before any streaming
     if (p.msg.stream)
       reply_stream(p, res);
     else

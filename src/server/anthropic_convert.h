@@ -37,9 +37,12 @@ struct MessagesRequest {
 };
 
 // Top-level fields accepted and ignored: they have no effect on a local single-tenant engine.
+// context_management (Claude Code sends {"edits": [{"type": "clear_thinking_…"}]}) asks the
+// server to prune old thinking / tool results; the history is rendered as sent instead.
+// "container" is not here: it only makes sense with server tools, which are refused.
 inline constexpr std::string_view k_ignored_fields[] = {
-    "metadata", "service_tier", "cache_control", "inference_geo", "speed",
-    "user_profile_id", "workspace_id", "diagnostics", "anthropic_version"};
+    "metadata", "service_tier", "cache_control", "inference_geo", "speed", "user_profile_id",
+    "workspace_id", "diagnostics", "anthropic_version", "context_management"};
 
 // Validates `body` (a /v1/messages request, or /v1/messages/count_tokens when count_tokens:
 // max_tokens and stream are then not expected) and converts it. Throws HttpError(400,

@@ -78,7 +78,7 @@ const cases = [
     const ac = new AbortController();
     const r = await fetch(`${server.url}/v1/messages`, {
       method: 'POST', signal: ac.signal, headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({ model: MODEL, max_tokens: 3500, stream: true,
+      body: JSON.stringify({ model: MODEL, max_tokens: 3500, stream: true, temperature: 0,
                              messages: [{ role: 'user', content: 'Go on forever.' }] }) });
     assert.equal(r.status, 200);
     const reader = r.body.getReader();
@@ -113,9 +113,10 @@ const cases = [
         const path = dialect === 'openai' ? '/v1/chat/completions' : '/v1/messages';
         return fetch(small.url + path, {
           method: 'POST', signal: ac.signal, headers: { 'content-type': 'application/json' },
-          body: JSON.stringify({ model: MODEL, max_tokens: 3500, stream: true,
+          body: JSON.stringify({ model: MODEL, max_tokens: 3500, stream: true, temperature: 0,
                                  messages: [{ role: 'user', content: 'Go on forever.' }] }) })
-          .then(async (r) => ({ status: r.status, type: r.headers.get('content-type'),
+          .then(async (r) => ({ status: r.status, type: r.headers.get('content-type'), dialect,
+                                stream: r.status === 200 ? r.body : null,
                                 body: r.status === 200 ? null : await r.json() }));
       };
       const first = long('anthropic');
@@ -129,6 +130,22 @@ const cases = [
       if (e.type === 'error') assert.equal(e.error.type, 'rate_limit_error');  // Anthropic shape
       else assert.equal(typeof e.error.message, 'string');                     // OpenAI shape
       assert.equal(results.indexOf(refused[0]) > 0, true, 'the running request is never refused');
+      // The queued Anthropic stream gets message_start, then pings while it waits for a slot.
+      const queued = results.slice(1).find((r) => r.status === 200 && r.dialect === 'anthropic');
+      if (queued) {
+        const reader = queued.stream.getReader();
+        const dec = new TextDecoder();
+        let text = '';
+        const t0 = Date.now();
+        while (!text.includes('event: ping') && Date.now() - t0 < 8000) {
+          const { value, done } = await reader.read();
+          if (done) break;
+          text += dec.decode(value, { stream: true });
+        }
+        assert.match(text, /^event: message_start\n/);
+        assert.match(text, /event: ping\ndata: {"type":"ping"}/, text);
+        assert.ok(!text.includes('content_block'), 'a queued request has no content yet');
+      }
     } finally {
       for (const ac of acs) ac.abort();
       await small.stop();
