@@ -28,7 +28,10 @@ cuda::DeviceBuffer floats(int64_t count) { return cuda::DeviceBuffer(count * siz
 }  // namespace
 
 CudaTransformer::CudaTransformer(const Model& model, int64_t capacity, int64_t max_chunk)
-    : model_(model), c_(model.config()), capacity_(capacity), max_chunk_(max_chunk),
+    : model_(model),
+      c_(model.config()),
+      capacity_(capacity),
+      max_chunk_(max_chunk),
       rope_(c_.rope, c_.head_dim) {
   FT_CHECK(capacity > 0 && max_chunk > 0, "CudaTransformer: bad sizes");
   if (cuda::device_count() == 0) fail("no CUDA device: run on the CPU backend instead");
@@ -66,7 +69,8 @@ CudaTransformer::CudaTransformer(const Model& model, int64_t capacity, int64_t m
   x_ = floats(T * H), xn_ = floats(T * H), tmp_ = floats(T * H);
   q_ = floats(T * c_.q_dim()), att_ = floats(T * c_.q_dim());
   k_ = floats(T * kvd), v_ = floats(T * kvd);
-  gate_ = floats(T * std::max<int64_t>(c_.ffn_dim, 1)), up_ = floats(T * std::max<int64_t>(c_.ffn_dim, 1));
+  gate_ = floats(T * std::max<int64_t>(c_.ffn_dim, 1)),
+  up_ = floats(T * std::max<int64_t>(c_.ffn_dim, 1));
   if (c_.n_experts > 0) {
     router_ = floats(T * c_.n_experts);
     route_ids_ = cuda::DeviceBuffer(T * c_.top_k * sizeof(int32_t));
@@ -96,8 +100,10 @@ const float* CudaTransformer::upload(const std::vector<float>& v) {
 cuda::DeviceExperts CudaTransformer::upload_experts(const std::vector<ExpertWeights>& experts) {
   FT_CHECK(!experts.empty(), "MoE layer without experts");
   const ExpertWeights& e0 = experts[0];
-  cuda::DeviceExperts d{.dtype = e0.gate.dtype, .n_experts = static_cast<int64_t>(experts.size()),
-                        .hidden = e0.gate.shape[1], .inter = e0.gate.shape[0]};
+  cuda::DeviceExperts d{.dtype = e0.gate.dtype,
+                        .n_experts = static_cast<int64_t>(experts.size()),
+                        .hidden = e0.gate.shape[1],
+                        .inter = e0.gate.shape[0]};
   auto stack = [&](auto member) {
     const size_t each = (experts[0].*member).nbytes();
     cuda::DeviceBuffer& b = storage_.emplace_back(each * experts.size());
@@ -185,14 +191,26 @@ void CudaTransformer::attention_block(int64_t l, int64_t n, int64_t pos0) {
   }
   const int64_t rot = static_cast<int64_t>(rope_.inv_freq().size()) * 2;
   for (auto [p, heads] : {std::pair{q, c_.n_heads}, std::pair{k, c_.n_kv_heads}})
-    cuda::rope({.x = p, .n = n, .n_heads = heads, .head_dim = hd, .rot_dim = rot, .pos0 = pos0,
-                .interleaved = c_.rope.interleaved, .cos = cos_.as<float>(),
+    cuda::rope({.x = p,
+                .n = n,
+                .n_heads = heads,
+                .head_dim = hd,
+                .rot_dim = rot,
+                .pos0 = pos0,
+                .interleaved = c_.rope.interleaved,
+                .cos = cos_.as<float>(),
                 .sin = sin_.as<float>()});
   cuda::copy_on_device(k_cache(l) + pos0 * kvd, k, n * kvd * sizeof(float));
   cuda::copy_on_device(v_cache(l) + pos0 * kvd, v, n * kvd * sizeof(float));
-  cuda::attention({.q = q, .n_tokens = n, .pos0 = pos0, .k_cache = k_cache(l),
-                   .v_cache = v_cache(l), .n_heads = c_.n_heads, .n_kv_heads = c_.n_kv_heads,
-                   .head_dim = hd, .scale = 1.f / std::sqrt(static_cast<float>(hd)),
+  cuda::attention({.q = q,
+                   .n_tokens = n,
+                   .pos0 = pos0,
+                   .k_cache = k_cache(l),
+                   .v_cache = v_cache(l),
+                   .n_heads = c_.n_heads,
+                   .n_kv_heads = c_.n_kv_heads,
+                   .head_dim = hd,
+                   .scale = 1.f / std::sqrt(static_cast<float>(hd)),
                    .out = att_.as<float>()});
   cuda::matmul(*blas_, att_.as<float>(), n, L.o, tmp_.as<float>(), L.o_bias);
   cuda::add_inplace(x, tmp_.as<float>(), n * H);
@@ -208,8 +226,12 @@ void CudaTransformer::ffn_block(int64_t l, int64_t n) {
     cuda::route_topk_softmax(router_.as<float>(), n, c_.n_experts, c_.top_k, c_.norm_topk_prob,
                              route_ids_.as<int32_t>(), route_w_.as<float>());
     cuda::moe_experts(*blas_, L.experts,
-                      {.x = xn, .n = n, .ids = route_ids_.as<int32_t>(),
-                       .weights = route_w_.as<float>(), .top_k = c_.top_k, .out = tmp},
+                      {.x = xn,
+                       .n = n,
+                       .ids = route_ids_.as<int32_t>(),
+                       .weights = route_w_.as<float>(),
+                       .top_k = c_.top_k,
+                       .out = tmp},
                       *moe_);
   } else {
     float *g = gate_.as<float>(), *u = up_.as<float>();

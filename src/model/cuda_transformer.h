@@ -61,8 +61,8 @@ class CudaTransformer {
   const float* final_norm_ = nullptr;
   std::unique_ptr<cuda::Blas> blas_;
   std::unique_ptr<cuda::MoeWorkspace> moe_;
-  cuda::DeviceBuffer kv_k_, kv_v_;   // [n_layers, capacity, kv_dim]
-  cuda::DeviceBuffer cos_, sin_;     // [capacity, rot_dim / 2]
+  cuda::DeviceBuffer kv_k_, kv_v_;  // [n_layers, capacity, kv_dim]
+  cuda::DeviceBuffer cos_, sin_;    // [capacity, rot_dim / 2]
   // Scratch, [max_chunk, width]:
   cuda::DeviceBuffer ids_, x_, xn_, q_, k_, v_, att_, tmp_, gate_, up_, router_, route_ids_,
       route_w_, logits_;

@@ -22,6 +22,9 @@ std::vector<Check> op_checks();
 std::vector<Check> model_checks(const std::string& fixtures_dir);
 const std::vector<std::string>& fixture_names();
 
+// Prefill attention timing, per-token vs tiled kernel (one line each).
+std::string attention_benchmark();
+
 // Decode tokens/s of CudaTransformer on a fixture after a prompt prefill (n_tokens steps).
 double decode_tokens_per_s(const std::string& fixture_dir, int n_tokens);
 

@@ -1,8 +1,9 @@
 // gtest front end of the CUDA checks (cuda_checks.h): one test per op check and per fixture
 // check; skipped when no CUDA device is present (CI builds it, GPU machines run it).
+#include "backend/cuda/cuda_ops.h"
+
 #include <gtest/gtest.h>
 
-#include "backend/cuda/cuda_ops.h"
 #include "cuda_checks.h"
 
 namespace ft::cuda_checks {

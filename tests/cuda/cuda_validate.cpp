@@ -44,12 +44,12 @@ int main(int argc, char** argv) {
     if (decode_tokens <= 0) break;
     try {
       std::printf("decode %-16s %8.1f tokens/s (%d tokens, batch 1, logits to host each step)\n",
-                  f.c_str(), decode_tokens_per_s(fixtures + "/" + f, decode_tokens),
-                  decode_tokens);
+                  f.c_str(), decode_tokens_per_s(fixtures + "/" + f, decode_tokens), decode_tokens);
     } catch (const std::exception& e) {
       std::printf("decode %-16s failed: %s\n", f.c_str(), e.what());
     }
   }
+  if (decode_tokens > 0) std::printf("%s", attention_benchmark().c_str());
   std::printf("%s: %d/%d checks passed\n", failed ? "FAIL" : "PASS", total - failed, total);
   return failed ? 1 : 0;
 }

@@ -30,7 +30,8 @@ std::vector<int32_t> ids_of(const TensorView& t) {
 Reference load(const std::string& dir) {
   Reference r;
   r.model = Model::load(dir);
-  r.files = std::make_unique<SafetensorsSet>(SafetensorsSet::open_file(dir + "/reference.safetensors"));
+  r.files =
+      std::make_unique<SafetensorsSet>(SafetensorsSet::open_file(dir + "/reference.safetensors"));
   r.prompt = ids_of(r.files->get("prompt_ids"));
   r.greedy = ids_of(r.files->get("greedy_ids"));
   r.prefill = r.files->get("prefill_logits").as<float>();
@@ -94,8 +95,7 @@ std::string decode(const std::string& dir) {
 }  // namespace
 
 const std::vector<std::string>& fixture_names() {
-  static const std::vector<std::string> names = {"qwen3_moe", "qwen3_moe_yarn", "mixtral",
-                                                 "olmoe"};
+  static const std::vector<std::string> names = {"qwen3_moe", "qwen3_moe_yarn", "mixtral", "olmoe"};
   return names;
 }
 

@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <numeric>
 #include <random>
@@ -9,11 +10,11 @@
 #include "backend/cpu/kernels.h"
 #include "backend/cuda/cuda_ops.h"
 #include "base/half.h"
+#include "cuda_checks.h"
 #include "experts/experts.h"
 #include "model/cuda_transformer.h"
 #include "model/rope.h"
 #include "ops/ops.h"
-#include "cuda_checks.h"
 
 namespace ft::cuda_checks {
 
@@ -195,15 +196,19 @@ std::string check_rope() {
   yarn.type = RopeConfig::Type::YARN, yarn.factor = 4, yarn.original_max_pos = 1024;
   yarn.theta = 50000;
   linear.type = RopeConfig::Type::LINEAR, linear.factor = 2;
-  const Case cases[] = {{"neox", neox, 64},       {"interleaved", inter, 32},
-                        {"partial", partial, 48}, {"yarn", yarn, 16},
-                        {"linear", linear, 128},  {"partial-interleaved", [] {
-                                                     RopeConfig c;
-                                                     c.interleaved = true;
-                                                     c.partial_rotary_factor = 0.25;
-                                                     return c;
-                                                   }(),
-                                                   64}};
+  const Case cases[] = {{"neox", neox, 64},
+                        {"interleaved", inter, 32},
+                        {"partial", partial, 48},
+                        {"yarn", yarn, 16},
+                        {"linear", linear, 128},
+                        {"partial-interleaved",
+                         [] {
+                           RopeConfig c;
+                           c.interleaved = true;
+                           c.partial_rotary_factor = 0.25;
+                           return c;
+                         }(),
+                         64}};
   for (const Case& cs : cases) {
     const Rope rope(cs.cfg, cs.head_dim);
     const int64_t n = 5, heads = 3, pos0 = 1000, hd = cs.head_dim;
@@ -211,9 +216,15 @@ std::string check_rope() {
     std::vector<float> cos, sin;
     rope_tables(rope, pos0 + n, cos, sin);
     DeviceBuffer dx = up(x), dc = up(cos), ds = up(sin);
-    cuda::rope({.x = dx.as<float>(), .n = n, .n_heads = heads, .head_dim = hd,
-                .rot_dim = static_cast<int64_t>(rope.inv_freq().size()) * 2, .pos0 = pos0,
-                .interleaved = cs.cfg.interleaved, .cos = dc.as<float>(), .sin = ds.as<float>()});
+    cuda::rope({.x = dx.as<float>(),
+                .n = n,
+                .n_heads = heads,
+                .head_dim = hd,
+                .rot_dim = static_cast<int64_t>(rope.inv_freq().size()) * 2,
+                .pos0 = pos0,
+                .interleaved = cs.cfg.interleaved,
+                .cos = dc.as<float>(),
+                .sin = ds.as<float>()});
     auto got = down(dx, x.size());
     for (int64_t t = 0; t < n; ++t) rope.apply(x.data() + t * heads * hd, heads, pos0 + t);
     Compare c{fmt::format("rope {}", cs.name)};
@@ -317,8 +328,13 @@ std::string check_moe() {
           return b;
         };
         DeviceBuffer dg = stack(gate), du = stack(upw), dd = stack(dn);
-        const cuda::DeviceExperts de{.gate = dg.data(), .up = du.data(), .down = dd.data(),
-                                     .dtype = dt, .n_experts = s.E, .hidden = s.H, .inter = s.I};
+        const cuda::DeviceExperts de{.gate = dg.data(),
+                                     .up = du.data(),
+                                     .down = dd.data(),
+                                     .dtype = dt,
+                                     .n_experts = s.E,
+                                     .hidden = s.H,
+                                     .inter = s.I};
         auto x = randv(n * s.H, static_cast<uint32_t>(n + s.E));
         std::mt19937 rng(static_cast<uint32_t>(n * 13 + s.k));
         std::vector<int32_t> ids(n * s.k), order(s.E);
@@ -332,14 +348,23 @@ std::string check_moe() {
         cuda::MoeWorkspace ws(64, s.k, s.E, s.H, s.I);
         DeviceBuffer dx = up(x), dids = up(ids), dw = up(rw), dout(n * s.H * 4);
         cuda::moe_experts(blas, de,
-                          {.x = dx.as<float>(), .n = n, .ids = dids.as<int32_t>(),
-                           .weights = dw.as<float>(), .top_k = s.k, .out = dout.as<float>()},
+                          {.x = dx.as<float>(),
+                           .n = n,
+                           .ids = dids.as<int32_t>(),
+                           .weights = dw.as<float>(),
+                           .top_k = s.k,
+                           .out = dout.as<float>()},
                           ws);
         auto got = down(dout, n * s.H);
         std::vector<float> ref(n * s.H);
         CpuExperts cpu(mw, s.H, s.I, pool);
-        cpu.apply({.layer = 0, .x = x.data(), .n_tokens = n, .ids = ids.data(),
-                   .weights = rw.data(), .top_k = s.k, .out = ref.data()});
+        cpu.apply({.layer = 0,
+                   .x = x.data(),
+                   .n_tokens = n,
+                   .ids = ids.data(),
+                   .weights = rw.data(),
+                   .top_k = s.k,
+                   .out = ref.data()});
         Compare c{fmt::format("moe {} E {} H {} I {} k {} n {}", dname(dt), s.E, s.H, s.I, s.k, n)};
         for (int64_t t = 0; t < n; ++t) {
           float mx = 0;
@@ -355,39 +380,93 @@ std::string check_moe() {
 std::string check_attention() {
   std::string err;
   ThreadPool pool(2, false);
-  for (int64_t hd : {16, 32, 48, 64, 100, 128, 256})
-    for (int64_t n : {1, 7})
-      for (int64_t pos0 : {0, 5, 300}) {
-        const int64_t heads = 4, kv_heads = hd == 48 ? 4 : 2, len = pos0 + n;
-        auto q = randv(n * heads * hd, static_cast<uint32_t>(hd + n));
-        auto kc = randv(len * kv_heads * hd, static_cast<uint32_t>(pos0 + 1), 1.5f);
-        auto vc = randv(len * kv_heads * hd, static_cast<uint32_t>(pos0 + 2));
-        DeviceBuffer dq = up(q), dk = up(kc), dv = up(vc), dout(q.size() * 4);
-        ops::AttentionArgs a{.q = q.data(), .n_tokens = n, .pos0 = pos0, .k_cache = kc.data(),
-                             .v_cache = vc.data(), .n_heads = heads, .n_kv_heads = kv_heads,
-                             .head_dim = hd, .scale = 1.f / std::sqrt(static_cast<float>(hd)),
-                             .out = nullptr};
-        std::vector<float> ref(q.size());
-        a.out = ref.data();
-        ops::attention(pool, a);
-        cuda::attention({.q = dq.as<float>(), .n_tokens = n, .pos0 = pos0,
-                         .k_cache = dk.as<float>(), .v_cache = dv.as<float>(), .n_heads = heads,
-                         .n_kv_heads = kv_heads, .head_dim = hd, .scale = a.scale,
-                         .out = dout.as<float>()});
-        auto got = down(dout, q.size());
-        Compare c{fmt::format("attention hd {} n {} pos0 {}", hd, n, pos0)};
-        for (size_t i = 0; i < q.size(); ++i) c.add(i, got[i], ref[i], 2e-5f * (1 + std::fabs(ref[i])));
-        err += c.result();
-      }
+  for (auto kernel : {cuda::AttentionKernel::PER_TOKEN, cuda::AttentionKernel::TILED})
+    for (int64_t hd : {16, 32, 48, 64, 100, 128, 256})
+      for (int64_t n : {1, 7, 33})
+        for (int64_t pos0 : {0, 5, 300}) {
+          const int64_t heads = 4, kv_heads = hd == 48 ? 4 : 2, len = pos0 + n;
+          auto q = randv(n * heads * hd, static_cast<uint32_t>(hd + n));
+          auto kc = randv(len * kv_heads * hd, static_cast<uint32_t>(pos0 + 1), 1.5f);
+          auto vc = randv(len * kv_heads * hd, static_cast<uint32_t>(pos0 + 2));
+          DeviceBuffer dq = up(q), dk = up(kc), dv = up(vc), dout(q.size() * 4);
+          ops::AttentionArgs a{.q = q.data(),
+                               .n_tokens = n,
+                               .pos0 = pos0,
+                               .k_cache = kc.data(),
+                               .v_cache = vc.data(),
+                               .n_heads = heads,
+                               .n_kv_heads = kv_heads,
+                               .head_dim = hd,
+                               .scale = 1.f / std::sqrt(static_cast<float>(hd)),
+                               .out = nullptr};
+          std::vector<float> ref(q.size());
+          a.out = ref.data();
+          ops::attention(pool, a);
+          cuda::attention({.q = dq.as<float>(),
+                           .n_tokens = n,
+                           .pos0 = pos0,
+                           .k_cache = dk.as<float>(),
+                           .v_cache = dv.as<float>(),
+                           .n_heads = heads,
+                           .n_kv_heads = kv_heads,
+                           .head_dim = hd,
+                           .scale = a.scale,
+                           .out = dout.as<float>(),
+                           .kernel = kernel});
+          auto got = down(dout, q.size());
+          Compare c{fmt::format("attention {} hd {} n {} pos0 {}",
+                                kernel == cuda::AttentionKernel::TILED ? "tiled" : "per-token", hd,
+                                n, pos0)};
+          for (size_t i = 0; i < q.size(); ++i)
+            c.add(i, got[i], ref[i], 2e-5f * (1 + std::fabs(ref[i])));
+          err += c.result();
+        }
   return err;
 }
 }  // namespace
 
+std::string attention_benchmark() {
+  const int64_t n = 2048, heads = 32, kv_heads = 8, hd = 128;
+  auto q = randv(n * heads * hd, 1), kc = randv(n * kv_heads * hd, 2),
+       vc = randv(n * kv_heads * hd, 3);
+  DeviceBuffer dq = up(q), dk = up(kc), dv = up(vc), dout(q.size() * 4);
+  std::string out;
+  for (auto kernel : {cuda::AttentionKernel::PER_TOKEN, cuda::AttentionKernel::TILED}) {
+    const cuda::AttentionArgs a{.q = dq.as<float>(),
+                                .n_tokens = n,
+                                .pos0 = 0,
+                                .k_cache = dk.as<float>(),
+                                .v_cache = dv.as<float>(),
+                                .n_heads = heads,
+                                .n_kv_heads = kv_heads,
+                                .head_dim = hd,
+                                .scale = 0.088f,
+                                .out = dout.as<float>(),
+                                .kernel = kernel};
+    cuda::attention(a);
+    cuda::synchronize();
+    const int reps = 5;
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < reps; ++i) cuda::attention(a);
+    cuda::synchronize();
+    const double ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() /
+        reps;
+    // causal QK^T and PV: 2 * 2 * hd FLOP per (query, key) pair, n^2/2 pairs per head
+    const double tflops = 4.0 * hd * heads * (n * (n + 1) / 2.0) / (ms * 1e-3) / 1e12;
+    out +=
+        fmt::format("attention prefill {} n {} heads {}/{} hd {}: {:.3f} ms, {:.1f} TFLOP/s fp32\n",
+                    kernel == cuda::AttentionKernel::TILED ? "tiled" : "per-token", n, heads,
+                    kv_heads, hd, ms, tflops);
+  }
+  return out;
+}
+
 std::vector<Check> op_checks() {
-  return {{"embed", check_embed},         {"rmsnorm", check_rmsnorm},
-          {"elementwise", check_elementwise}, {"rope", check_rope},
-          {"matmul", check_matmul},       {"route", check_route},
-          {"moe_experts", check_moe},     {"attention", check_attention}};
+  return {
+      {"embed", check_embed},     {"rmsnorm", check_rmsnorm},    {"elementwise", check_elementwise},
+      {"rope", check_rope},       {"matmul", check_matmul},      {"route", check_route},
+      {"moe_experts", check_moe}, {"attention", check_attention}};
 }
 
 }  // namespace ft::cuda_checks

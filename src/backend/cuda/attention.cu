@@ -1,7 +1,11 @@
-// attention: causal GQA over the KV cache, one block per (token, head). Each warp takes every
-// k_warps-th key with an online softmax (running max, sum, and a lane-strided accumulator of
-// head_dim), then the warps' partial results are merged through shared memory. The same
-// kernel serves decode and prefill (a tiled flash-style prefill kernel is the next step).
+// attention: causal GQA over the KV cache with online softmax, fp32 throughout.
+// Per-token kernel (decode): one block per (token, head); each warp takes every k_warps-th
+// key (running max, sum, and a lane-strided head_dim accumulator), then the warps' partial
+// results are merged through shared memory.
+// Tiled kernel (prefill): one block per (k_q_tile queries, head); K/V tiles of k_k_tile keys
+// are staged in shared memory once for all the block's queries; a warp owns k_q_per_warp
+// queries, lane j scores key j of the tile, and p_j is broadcast by shuffle into the
+// lane-strided accumulators.
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_ops.h"
 
@@ -76,6 +80,124 @@ __global__ void __launch_bounds__(32 * k_warps)
     out[d] = o * inv;
   }
 }
+constexpr int k_q_per_warp = 4, k_q_tile = k_warps * k_q_per_warp, k_k_tile = 32;
+
+// Shared memory: q [k_q_tile][hd], k [k_k_tile][hd + 1] (padded: lane j reads row j), v
+// [k_k_tile][hd].
+size_t tiled_smem_bytes(int64_t hd) {
+  return sizeof(float) * (k_q_tile * hd + k_k_tile * (hd + 1) + k_k_tile * hd);
+}
+
+template <int DPL>
+__global__ void __launch_bounds__(32 * k_warps)
+    attention_tiled_kernel(const __grid_constant__ AttentionArgs a) {
+  extern __shared__ float smem[];
+  const int64_t hd = a.head_dim, h = blockIdx.y, g = h / (a.n_heads / a.n_kv_heads);
+  const int64_t kv_dim = a.n_kv_heads * hd, q_dim = a.n_heads * hd;
+  const int64_t t0 = blockIdx.x * int64_t{k_q_tile};
+  const int64_t t_end = min(t0 + k_q_tile, a.n_tokens);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  float* q_s = smem;
+  float* k_s = q_s + k_q_tile * hd;
+  float* v_s = k_s + k_k_tile * (hd + 1);
+  for (int64_t i = threadIdx.x; i < k_q_tile * hd; i += blockDim.x) {
+    const int64_t t = t0 + i / hd;
+    q_s[i] = t < a.n_tokens ? a.q[t * q_dim + h * hd + i % hd] : 0.f;
+  }
+  float m[k_q_per_warp], l[k_q_per_warp], acc[k_q_per_warp][DPL];
+#pragma unroll
+  for (int qi = 0; qi < k_q_per_warp; ++qi) {
+    m[qi] = -INFINITY, l[qi] = 0.f;
+#pragma unroll
+    for (int j = 0; j < DPL; ++j) acc[qi][j] = 0.f;
+  }
+  const int64_t n_keys = a.pos0 + t_end;  // keys 0..pos of the block's last query
+  for (int64_t kt = 0; kt < n_keys; kt += k_k_tile) {
+    __syncthreads();  // the previous tile is consumed
+    for (int64_t i = threadIdx.x; i < k_k_tile * hd; i += blockDim.x) {
+      const int64_t j = i / hd, d = i % hd, key = kt + j;
+      const bool in = key < n_keys;
+      k_s[j * (hd + 1) + d] = in ? a.k_cache[key * kv_dim + g * hd + d] : 0.f;
+      v_s[j * hd + d] = in ? a.v_cache[key * kv_dim + g * hd + d] : 0.f;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int qi = 0; qi < k_q_per_warp; ++qi) {
+      const int qrow = warp * k_q_per_warp + qi;
+      const int64_t t = t0 + qrow, pos = a.pos0 + t;
+      if (t >= a.n_tokens || kt > pos) continue;  // warp-uniform
+      const int64_t key = kt + lane;
+      float s = -INFINITY;
+      if (key <= pos) {
+        const float* qv = q_s + qrow * hd;
+        const float* kv = k_s + lane * (hd + 1);
+        float dot = 0.f;
+        for (int64_t d = 0; d < hd; ++d) dot += qv[d] * kv[d];
+        s = dot * a.scale;
+      }
+      float tile_max = s;
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1)
+        tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, o));
+      const float m_new = fmaxf(m[qi], tile_max);  // finite: key kt <= pos is in the tile
+      const float corr = expf(m[qi] - m_new);
+      const float p = key <= pos ? expf(s - m_new) : 0.f;
+      l[qi] = l[qi] * corr + warp_sum(p);
+      m[qi] = m_new;
+#pragma unroll
+      for (int j = 0; j < DPL; ++j) acc[qi][j] *= corr;
+      for (int jj = 0; jj < k_k_tile; ++jj) {
+        const float pj = __shfl_sync(0xffffffffu, p, jj);
+        const float* vr = v_s + jj * hd;
+#pragma unroll
+        for (int j = 0; j < DPL; ++j) {
+          const int64_t d = lane + 32 * j;
+          if (d < hd) acc[qi][j] += pj * vr[d];
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int qi = 0; qi < k_q_per_warp; ++qi) {
+    const int64_t t = t0 + warp * k_q_per_warp + qi;
+    if (t >= a.n_tokens) continue;
+    const float inv = 1.f / l[qi];
+    float* out = a.out + t * q_dim + h * hd;
+#pragma unroll
+    for (int j = 0; j < DPL; ++j) {
+      const int64_t d = lane + 32 * j;
+      if (d < hd) out[d] = acc[qi][j] * inv;
+    }
+  }
+}
+
+template <int DPL>
+void launch_tiled(const AttentionArgs& a) {
+  const size_t smem = tiled_smem_bytes(a.head_dim);
+  if (smem > 48 * 1024)
+    CUDA_CHECK(cudaFuncSetAttribute(attention_tiled_kernel<DPL>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    static_cast<int>(smem)));
+  const dim3 grid(static_cast<unsigned>((a.n_tokens + k_q_tile - 1) / k_q_tile),
+                  static_cast<unsigned>(a.n_heads));
+  attention_tiled_kernel<DPL><<<grid, 32 * k_warps, smem>>>(a);
+}
+
+template <int DPL>
+void launch_per_token(const AttentionArgs& a) {
+  const dim3 grid(static_cast<unsigned>(a.n_heads), static_cast<unsigned>(a.n_tokens));
+  attention_kernel<DPL><<<grid, 32 * k_warps>>>(a);
+}
+
+template <int DPL>
+void launch(const AttentionArgs& a) {
+  const bool tiled = a.kernel == AttentionKernel::TILED ||
+                     (a.kernel == AttentionKernel::AUTO && a.n_tokens > k_gemv_max_tokens);
+  if (tiled)
+    launch_tiled<DPL>(a);
+  else
+    launch_per_token<DPL>(a);
+}
 }  // namespace
 
 // ---- launcher
@@ -85,16 +207,14 @@ void attention(const AttentionArgs& a) {
            "attention: bad shape (heads {}, kv heads {}, head_dim {})", a.n_heads, a.n_kv_heads,
            a.head_dim);
   if (a.n_tokens == 0) return;
-  const dim3 grid(static_cast<unsigned>(a.n_heads), static_cast<unsigned>(a.n_tokens));
-  const int threads = 32 * k_warps;
   if (a.head_dim <= 32)
-    attention_kernel<1><<<grid, threads>>>(a);
+    launch<1>(a);
   else if (a.head_dim <= 64)
-    attention_kernel<2><<<grid, threads>>>(a);
+    launch<2>(a);
   else if (a.head_dim <= 128)
-    attention_kernel<4><<<grid, threads>>>(a);
+    launch<4>(a);
   else
-    attention_kernel<8><<<grid, threads>>>(a);
+    launch<8>(a);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -5,20 +5,20 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
-#include "base/error.h"
-#include "base/tensor.h"
-
 #include <cstdio>
 #include <cstdlib>
 
-#define CUDA_CHECK(expr)                                                              \
-  do {                                                                                \
-    cudaError_t err_ = (expr);                                                        \
-    if (err_ != cudaSuccess) {                                                        \
-      std::fprintf(stderr, "%s:%d: CUDA error %s: %s\n", __FILE__, __LINE__, #expr,   \
-                   cudaGetErrorString(err_));                                         \
-      std::abort();                                                                   \
-    }                                                                                 \
+#include "base/error.h"
+#include "base/tensor.h"
+
+#define CUDA_CHECK(expr)                                                            \
+  do {                                                                              \
+    cudaError_t err_ = (expr);                                                      \
+    if (err_ != cudaSuccess) {                                                      \
+      std::fprintf(stderr, "%s:%d: CUDA error %s: %s\n", __FILE__, __LINE__, #expr, \
+                   cudaGetErrorString(err_));                                       \
+      std::abort();                                                                 \
+    }                                                                               \
   } while (0)
 
 // After a launch: reports a bad configuration at the launch site.
@@ -125,10 +125,17 @@ struct TypeTag {
 template <typename Fn>
 void dispatch_weight_type(DType dt, Fn&& fn) {
   switch (dt) {
-    case DType::F32: fn(TypeTag<float>{}); break;
-    case DType::BF16: fn(TypeTag<bf16w>{}); break;
-    case DType::F16: fn(TypeTag<f16w>{}); break;
-    default: FT_CHECK(false, "unsupported weight dtype {} (F32, F16 or BF16)", dtype_name(dt));
+    case DType::F32:
+      fn(TypeTag<float>{});
+      break;
+    case DType::BF16:
+      fn(TypeTag<bf16w>{});
+      break;
+    case DType::F16:
+      fn(TypeTag<f16w>{});
+      break;
+    default:
+      FT_CHECK(false, "unsupported weight dtype {} (F32, F16 or BF16)", dtype_name(dt));
   }
 }
 

@@ -31,7 +31,9 @@ class DeviceBuffer {
 
   void* data() const { return data_; }
   template <typename T>
-  T* as() const { return static_cast<T*>(data_); }
+  T* as() const {
+    return static_cast<T*>(data_);
+  }
   size_t bytes() const { return bytes_; }
   // Copies host bytes in at a byte offset (synchronous).
   void upload(const void* src, size_t bytes, size_t offset = 0);
@@ -139,12 +141,11 @@ void route_topk_softmax(const float* logits, int64_t n, int64_t n_experts, int64
 // Scratch of the experts layer for up to max_tokens tokens of top_k slots each.
 class MoeWorkspace {
  public:
-  MoeWorkspace(int64_t max_tokens, int64_t top_k, int64_t n_experts, int64_t hidden,
-               int64_t inter);
+  MoeWorkspace(int64_t max_tokens, int64_t top_k, int64_t n_experts, int64_t hidden, int64_t inter);
   int64_t max_tokens, top_k, n_experts, hidden, inter;
-  DeviceBuffer xs, act, up, down;  // [slots, hidden], [slots, inter] x2, [slots, hidden]
-  DeviceBuffer offsets;            // [n_experts + 1] i32: rows of expert e in the grouped order
-  DeviceBuffer row_slot, slot_row; // [slots] i32: grouped row -> slot (t*top_k+k), and back
+  DeviceBuffer xs, act, up, down;     // [slots, hidden], [slots, inter] x2, [slots, hidden]
+  DeviceBuffer offsets;               // [n_experts + 1] i32: rows of expert e in the grouped order
+  DeviceBuffer row_slot, slot_row;    // [slots] i32: grouped row -> slot (t*top_k+k), and back
   std::vector<int32_t> host_offsets;  // [n_experts + 1], read back for the per-expert GEMMs
 };
 
@@ -152,12 +153,12 @@ class MoeWorkspace {
 // k_gemv_max_tokens): one GEMV per (token, k), no host sync. Prefill: count -> offsets ->
 // gather -> per-expert matmul (host reads the offsets) -> weighted combine in top-k order.
 struct MoeArgs {
-  const float* x;        // [n, hidden]
+  const float* x;  // [n, hidden]
   int64_t n;
   const int32_t* ids;    // [n, top_k]
   const float* weights;  // [n, top_k]
   int64_t top_k;
-  float* out;            // [n, hidden]
+  float* out;  // [n, hidden]
 };
 void moe_experts(Blas& blas, const DeviceExperts& e, const MoeArgs& a, MoeWorkspace& ws);
 
@@ -165,7 +166,10 @@ void moe_experts(Blas& blas, const DeviceExperts& e, const MoeArgs& a, MoeWorksp
 
 // Causal GQA attention of n new tokens at positions pos0.. over a KV cache that already holds
 // their keys/values. q/out: [n, n_heads * head_dim]; caches: [>= pos0+n, n_kv_heads *
-// head_dim]. head_dim <= 256. One block per (token, head), online softmax over the keys.
+// head_dim]. head_dim <= 256. PER_TOKEN: one block per (token, head), online softmax over the
+// keys (decode). TILED: flash-style, a block per (16 queries, head) sharing 32-key K/V tiles
+// in shared memory (prefill). AUTO: TILED above k_gemv_max_tokens tokens.
+enum class AttentionKernel { AUTO, PER_TOKEN, TILED };
 struct AttentionArgs {
   const float* q;
   int64_t n_tokens, pos0;
@@ -174,6 +178,7 @@ struct AttentionArgs {
   int64_t n_heads, n_kv_heads, head_dim;
   float scale;
   float* out;
+  AttentionKernel kernel = AttentionKernel::AUTO;
 };
 void attention(const AttentionArgs& a);
 

@@ -19,8 +19,8 @@ std::string device_summary() {
   if (device_count() == 0) return "no CUDA device";
   cudaDeviceProp p{};
   CUDA_CHECK(cudaGetDeviceProperties(&p, 0));
-  return fmt::format("{}, {:.1f} GiB, sm_{}{}", p.name, p.totalGlobalMem / double(1 << 30),
-                     p.major, p.minor);
+  return fmt::format("{}, {:.1f} GiB, sm_{}{}", p.name, p.totalGlobalMem / double(1 << 30), p.major,
+                     p.minor);
 }
 
 }  // namespace ft::cuda

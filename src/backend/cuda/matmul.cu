@@ -9,14 +9,14 @@
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_ops.h"
 
-#define CUBLAS_CHECK(expr)                                                                   \
-  do {                                                                                       \
-    cublasStatus_t st_ = (expr);                                                             \
-    if (st_ != CUBLAS_STATUS_SUCCESS) {                                                      \
-      std::fprintf(stderr, "%s:%d: cuBLAS error %s: %s\n", __FILE__, __LINE__, #expr,        \
-                   cublasGetStatusString(st_));                                              \
-      std::abort();                                                                          \
-    }                                                                                        \
+#define CUBLAS_CHECK(expr)                                                            \
+  do {                                                                                \
+    cublasStatus_t st_ = (expr);                                                      \
+    if (st_ != CUBLAS_STATUS_SUCCESS) {                                               \
+      std::fprintf(stderr, "%s:%d: cuBLAS error %s: %s\n", __FILE__, __LINE__, #expr, \
+                   cublasGetStatusString(st_));                                       \
+      std::abort();                                                                   \
+    }                                                                                 \
   } while (0)
 
 namespace ft::cuda {
@@ -69,10 +69,18 @@ void launch_gemv(const float* x, int64_t nt, const W* w, int64_t rows, int64_t c
   const dim3 block(32, k_gemv_rows);
   const auto grid = static_cast<unsigned>((rows + k_gemv_rows - 1) / k_gemv_rows);
   switch (nt) {
-    case 1: gemv_kernel<W, VEC, 1><<<grid, block>>>(x, w, rows, cols, bias, y); break;
-    case 2: gemv_kernel<W, VEC, 2><<<grid, block>>>(x, w, rows, cols, bias, y); break;
-    case 3: gemv_kernel<W, VEC, 3><<<grid, block>>>(x, w, rows, cols, bias, y); break;
-    default: gemv_kernel<W, VEC, 4><<<grid, block>>>(x, w, rows, cols, bias, y); break;
+    case 1:
+      gemv_kernel<W, VEC, 1><<<grid, block>>>(x, w, rows, cols, bias, y);
+      break;
+    case 2:
+      gemv_kernel<W, VEC, 2><<<grid, block>>>(x, w, rows, cols, bias, y);
+      break;
+    case 3:
+      gemv_kernel<W, VEC, 3><<<grid, block>>>(x, w, rows, cols, bias, y);
+      break;
+    default:
+      gemv_kernel<W, VEC, 4><<<grid, block>>>(x, w, rows, cols, bias, y);
+      break;
   }
   CUDA_CHECK_LAUNCH();
 }
@@ -110,13 +118,12 @@ void gemm_bf16_split(Blas& blas, const float* x, int64_t n, const DeviceMatrix& 
 void gemm_f16_dequant(Blas& blas, const float* x, int64_t n, const DeviceMatrix& w, float* y) {
   auto h = static_cast<cublasHandle_t>(blas.handle());
   const int64_t chunk = std::max<int64_t>(1, Blas::k_dequant_elems / w.cols);
-  FT_CHECK(chunk * w.cols <= Blas::k_dequant_elems, "matmul: a row of {} exceeds the tile",
-           w.cols);
+  FT_CHECK(chunk * w.cols <= Blas::k_dequant_elems, "matmul: a row of {} exceeds the tile", w.cols);
   const auto* wh = static_cast<const f16w*>(w.data);
   for (int64_t r0 = 0; r0 < w.rows; r0 += chunk) {
     const int64_t m = std::min(chunk, w.rows - r0);
-    dequant_kernel<f16w><<<grid_for(m * w.cols), 256>>>(wh + r0 * w.cols, m * w.cols,
-                                                         blas.dequant());
+    dequant_kernel<f16w>
+        <<<grid_for(m * w.cols), 256>>>(wh + r0 * w.cols, m * w.cols, blas.dequant());
     CUDA_CHECK_LAUNCH();
     sgemm(h, x, n, blas.dequant(), m, w.cols, y + r0, w.rows);
   }
@@ -124,7 +131,8 @@ void gemm_f16_dequant(Blas& blas, const float* x, int64_t n, const DeviceMatrix&
 }  // namespace
 
 Blas::Blas(int64_t max_tokens, int64_t max_cols)
-    : max_tokens_(max_tokens), max_cols_(max_cols),
+    : max_tokens_(max_tokens),
+      max_cols_(max_cols),
       split_(2 * static_cast<size_t>(max_tokens * max_cols) * sizeof(uint16_t)),
       dequant_(k_dequant_elems * sizeof(float)) {
   FT_CHECK(max_tokens > 0 && max_cols > 0, "Blas: bad sizes");
@@ -167,9 +175,14 @@ void matmul(Blas& blas, const float* x, int64_t n, const DeviceMatrix& w, float*
       sgemm(static_cast<cublasHandle_t>(blas.handle()), x, n, static_cast<const float*>(w.data),
             w.rows, w.cols, y, w.rows);
       break;
-    case DType::BF16: gemm_bf16_split(blas, x, n, w, y); break;
-    case DType::F16: gemm_f16_dequant(blas, x, n, w, y); break;
-    default: FT_CHECK(false, "matmul: unsupported weight dtype {}", dtype_name(w.dtype));
+    case DType::BF16:
+      gemm_bf16_split(blas, x, n, w, y);
+      break;
+    case DType::F16:
+      gemm_f16_dequant(blas, x, n, w, y);
+      break;
+    default:
+      FT_CHECK(false, "matmul: unsupported weight dtype {}", dtype_name(w.dtype));
   }
   if (bias) add_bias(y, n, w.rows, bias);
 }

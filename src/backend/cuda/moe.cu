@@ -39,8 +39,8 @@ __global__ void down_kernel(const float* __restrict__ act, const int32_t* __rest
   const int64_t r = blockIdx.x * int64_t{k_rows} + threadIdx.y, s = blockIdx.y;
   if (r >= hidden) return;
   float acc[1] = {0.f};
-  warp_dot_partial<W, VEC, 1>(act + s * inter, inter, down + (ids[s] * hidden + r) * inter,
-                              inter, acc);
+  warp_dot_partial<W, VEC, 1>(act + s * inter, inter, down + (ids[s] * hidden + r) * inter, inter,
+                              acc);
   const float v = warp_sum(acc[0]);
   if (threadIdx.x == 0) d[s * hidden + r] = v;
 }
@@ -104,10 +104,12 @@ void decode(const DeviceExperts& e, const MoeArgs& a, MoeWorkspace& ws) {
     const auto *g = static_cast<const W*>(e.gate), *u = static_cast<const W*>(e.up),
                *dn = static_cast<const W*>(e.down);
     const dim3 block(32, k_rows);
-    const dim3 grid_gu(static_cast<unsigned>((I + k_rows - 1) / k_rows), static_cast<unsigned>(slots));
-    const dim3 grid_d(static_cast<unsigned>((H + k_rows - 1) / k_rows), static_cast<unsigned>(slots));
-    const bool vec_gu = vec_ok<W>(e.gate, H) && vec_ok<W>(e.up, H) &&
-                        reinterpret_cast<uintptr_t>(a.x) % 16 == 0;
+    const dim3 grid_gu(static_cast<unsigned>((I + k_rows - 1) / k_rows),
+                       static_cast<unsigned>(slots));
+    const dim3 grid_d(static_cast<unsigned>((H + k_rows - 1) / k_rows),
+                      static_cast<unsigned>(slots));
+    const bool vec_gu =
+        vec_ok<W>(e.gate, H) && vec_ok<W>(e.up, H) && reinterpret_cast<uintptr_t>(a.x) % 16 == 0;
     const bool vec_d = vec_ok<W>(e.down, I) && I % 4 == 0;  // act rows: ld I, cudaMalloc'd
     if (vec_gu)
       gate_up_kernel<W, true><<<grid_gu, block>>>(a.x, a.ids, k, g, u, H, I, act);
@@ -161,24 +163,29 @@ void prefill(Blas& blas, const DeviceExperts& e, const MoeArgs& a, MoeWorkspace&
 }
 }  // namespace
 
-MoeWorkspace::MoeWorkspace(int64_t max_tokens_, int64_t top_k_, int64_t n_experts_,
-                           int64_t hidden_, int64_t inter_)
-    : max_tokens(max_tokens_), top_k(top_k_), n_experts(n_experts_), hidden(hidden_),
-      inter(inter_), xs(max_tokens_ * top_k_ * hidden_ * sizeof(float)),
+MoeWorkspace::MoeWorkspace(int64_t max_tokens_, int64_t top_k_, int64_t n_experts_, int64_t hidden_,
+                           int64_t inter_)
+    : max_tokens(max_tokens_),
+      top_k(top_k_),
+      n_experts(n_experts_),
+      hidden(hidden_),
+      inter(inter_),
+      xs(max_tokens_ * top_k_ * hidden_ * sizeof(float)),
       act(max_tokens_ * top_k_ * inter_ * sizeof(float)),
       up(max_tokens_ * top_k_ * inter_ * sizeof(float)),
       down(max_tokens_ * top_k_ * hidden_ * sizeof(float)),
       offsets((n_experts_ + 1) * sizeof(int32_t)),
       row_slot(max_tokens_ * top_k_ * sizeof(int32_t)),
-      slot_row(max_tokens_ * top_k_ * sizeof(int32_t)), host_offsets(n_experts_ + 1) {}
+      slot_row(max_tokens_ * top_k_ * sizeof(int32_t)),
+      host_offsets(n_experts_ + 1) {}
 
 void moe_experts(Blas& blas, const DeviceExperts& e, const MoeArgs& a, MoeWorkspace& ws) {
   FT_CHECK(e.gate && e.up && e.down && e.n_experts > 0 && e.hidden > 0 && e.inter > 0,
            "moe_experts: empty experts");
-  FT_CHECK(a.n >= 0 && a.n <= ws.max_tokens && a.top_k == ws.top_k &&
-               e.n_experts == ws.n_experts && e.hidden == ws.hidden && e.inter == ws.inter,
-           "moe_experts: {} tokens x top-{} do not fit the workspace ({} x top-{})", a.n,
-           a.top_k, ws.max_tokens, ws.top_k);
+  FT_CHECK(a.n >= 0 && a.n <= ws.max_tokens && a.top_k == ws.top_k && e.n_experts == ws.n_experts &&
+               e.hidden == ws.hidden && e.inter == ws.inter,
+           "moe_experts: {} tokens x top-{} do not fit the workspace ({} x top-{})", a.n, a.top_k,
+           ws.max_tokens, ws.top_k);
   if (a.n == 0) return;
   if (a.n <= k_gemv_max_tokens)
     decode(e, a, ws);

@@ -10,8 +10,8 @@ constexpr int k_max_per_lane = 16;  // n_experts <= 512
 constexpr int k_warps = 4;
 
 // ---- kernels
-__global__ void route_kernel(const float* __restrict__ logits, int64_t n, int n_experts,
-                             int top_k, bool renormalize, int32_t* __restrict__ ids,
+__global__ void route_kernel(const float* __restrict__ logits, int64_t n, int n_experts, int top_k,
+                             bool renormalize, int32_t* __restrict__ ids,
                              float* __restrict__ weights) {
   const int64_t t = blockIdx.x * int64_t{k_warps} + threadIdx.y;
   if (t >= n) return;
@@ -74,13 +74,12 @@ void route_topk_softmax(const float* logits, int64_t n, int64_t n_experts, int64
                         bool renormalize, int32_t* ids, float* weights) {
   FT_CHECK(n_experts > 0 && n_experts <= 32 * k_max_per_lane, "route: {} experts (max {})",
            n_experts, 32 * k_max_per_lane);
-  FT_CHECK(top_k > 0 && top_k <= 32 && top_k <= n_experts, "route: top_k {} of {} experts",
-           top_k, n_experts);
+  FT_CHECK(top_k > 0 && top_k <= 32 && top_k <= n_experts, "route: top_k {} of {} experts", top_k,
+           n_experts);
   if (n == 0) return;
   const dim3 block(32, k_warps);
   route_kernel<<<static_cast<unsigned>((n + k_warps - 1) / k_warps), block>>>(
-      logits, n, static_cast<int>(n_experts), static_cast<int>(top_k), renormalize, ids,
-      weights);
+      logits, n, static_cast<int>(n_experts), static_cast<int>(top_k), renormalize, ids, weights);
   CUDA_CHECK_LAUNCH();
 }
 
