@@ -48,7 +48,10 @@ void run_serve(ServeOptions o) {
     }
     if (ready.load(std::memory_order_acquire)) return httplib::Server::HandlerResponse::Unhandled;
     res.status = 503;
-    res.set_content(server::error_body(server::Dialect::OPENAI, 503, "server_error",
+    const bool anthropic = req.path.rfind("/v1/messages", 0) == 0;
+    res.set_content(server::error_body(anthropic ? server::Dialect::ANTHROPIC
+                                                 : server::Dialect::OPENAI,
+                                       503, anthropic ? "overloaded_error" : "server_error",
                                        "the model is still loading; poll /health").dump(),
                     "application/json");
     return httplib::Server::HandlerResponse::Handled;

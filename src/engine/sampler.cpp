@@ -16,6 +16,18 @@ int32_t argmax(const float* logits, int64_t n) {
 
 int32_t Sampler::sample(const float* logits, int64_t vocab) {
   if (p_.temperature <= 0.f) return argmax(logits, vocab);
+  if (p_.top_k <= 0 && p_.top_p >= 1.f && p_.min_p <= 0.f) {  // no filter: one pass, no sort
+    const float inv_t = 1.f / p_.temperature;
+    const float mx = logits[argmax(logits, vocab)] * inv_t;
+    double total = 0;
+    for (int64_t i = 0; i < vocab; ++i) total += std::exp(logits[i] * inv_t - mx);
+    double r = std::uniform_real_distribution<double>(0.0, total)(rng_);
+    for (int64_t i = 0; i < vocab; ++i) {
+      r -= std::exp(logits[i] * inv_t - mx);
+      if (r <= 0) return static_cast<int32_t>(i);
+    }
+    return argmax(logits, vocab);
+  }
   cand_.resize(vocab);
   for (int64_t i = 0; i < vocab; ++i)
     cand_[i] = {logits[i] / p_.temperature, static_cast<int32_t>(i)};

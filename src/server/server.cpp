@@ -37,6 +37,11 @@ std::string error_type(Dialect d, int status) {
   }
 }
 
+// Error messages may quote the client's bytes; invalid UTF-8 in them becomes U+FFFD.
+std::string json_text(const nlohmann::json& j) {
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
 bool authorized(const ServerContext& ctx, const httplib::Request& req) {
   if (ctx.options.api_key.empty()) return true;
   if (req.get_header_value("x-api-key") == ctx.options.api_key) return true;
@@ -47,7 +52,7 @@ bool authorized(const ServerContext& ctx, const httplib::Request& req) {
 void write_error(httplib::Response& res, Dialect d, int status, const std::string& msg,
                  const std::string& param = {}) {
   res.status = status;
-  res.set_content(error_body(d, status, error_type(d, status), msg, param).dump(),
+  res.set_content(json_text(error_body(d, status, error_type(d, status), msg, param)),
                   "application/json");
 }
 
@@ -67,8 +72,8 @@ void post_json(httplib::Server& http, ServerContext& ctx, const std::string& pat
       fn(body, req, res);
     } catch (const HttpError& e) {
       res.status = e.status;
-      res.set_content(error_body(d, e.status, e.type.empty() ? error_type(d, e.status) : e.type,
-                                 e.what(), e.param).dump(), "application/json");
+      res.set_content(json_text(error_body(d, e.status, e.type.empty() ? error_type(d, e.status) : e.type,
+                                           e.what(), e.param)), "application/json");
     } catch (const RequestError& e) {
       write_error(res, d, e.status, e.what());
     } catch (const Error& e) {
@@ -98,8 +103,7 @@ void sse_response(httplib::Response& res, std::function<void(SseWriter&)> produc
         w.write = [&](const std::string& event, const nlohmann::json& data) {
           std::string frame;
           if (!event.empty()) frame = "event: " + event + "\n";
-          frame += "data: " + data.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) +
-                   "\n\n";
+          frame += "data: " + json_text(data) + "\n\n";
           return w.write_raw(frame);
         };
         produce(w);
