@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cmath>
 #include <numeric>
 
 #include "backend/cpu/thread_pool.h"
@@ -53,6 +54,19 @@ TEST(Sampler, SeededDrawsRepeatAndFiltersHold) {
   for (int i = 0; i < 100; ++i) EXPECT_EQ(nucleus.sample(l.data(), 6), 0);  // p(0) = 0.55
   Sampler minp({.temperature = 1.f, .min_p = 0.5f, .seed = 1});
   for (int i = 0; i < 100; ++i) EXPECT_LE(minp.sample(l.data(), 6), 1);
+}
+
+TEST(Sampler, UnfilteredDrawFollowsTheDistribution) {
+  std::vector<float> l{0.f, std::log(3.f), -50.f};  // p = 0.25, 0.75, ~0 at temperature 1
+  Sampler s({.temperature = 1.f, .seed = 5});
+  int counts[3] = {0, 0, 0};
+  for (int i = 0; i < 8000; ++i) counts[s.sample(l.data(), 3)]++;
+  EXPECT_NEAR(counts[1] / 8000.0, 0.75, 0.02);
+  EXPECT_EQ(counts[2], 0);
+  Sampler hot({.temperature = 2.f, .seed = 5});  // p ∝ exp(l / 2): 1 : sqrt(3)
+  int one = 0;
+  for (int i = 0; i < 8000; ++i) one += hot.sample(l.data(), 3) == 1;
+  EXPECT_NEAR(one / 8000.0, std::sqrt(3.0) / (1 + std::sqrt(3.0)), 0.02);
 }
 
 TEST(Routing, SoftmaxTopKRenormalised) {
