@@ -19,7 +19,8 @@ done
 echo '$ curl -N http://127.0.0.1:'$port'/v1/chat/completions -d '"'"'{"messages":[{"role":"user","content":"What does \"river\" mean?"}],"stream":true}'"'"
 curl -sN "http://127.0.0.1:$port/v1/chat/completions" -H 'Content-Type: application/json' \
   -d '{"messages":[{"role":"user","content":"What does \"river\" mean?"}],"stream":true,"max_tokens":60}' |
-  sed -un 's/.*"content":"\(\([^"\\]\|\\.\)*\)".*/\1/p' | tr -d '\n' | sed 's/\\"/"/g; s/\\n/ /g'
+  awk '{ if (match($0, /"content":"([^"\\]|\\.)*"/)) { s = substr($0, RSTART + 11, RLENGTH - 12);
+         gsub(/\\"/, "\"", s); gsub(/\\n/, " ", s); printf "%s", s; fflush() } }'
 echo
 echo "ft is serving on http://127.0.0.1:$port (OpenAI /v1/chat/completions, Anthropic /v1/messages); Ctrl-C stops it."
 wait $server
