@@ -7,6 +7,7 @@
 #include "backend/cpu/kernels.h"
 #include "base/error.h"
 #include "base/timer.h"
+#include "cli/bench_offload.h"
 #include "cli/commands.h"
 #include "engine/sampler.h"
 #include "model/transformer.h"
@@ -128,6 +129,7 @@ void add_bench_command(CLI::App& app) {
     if (o->top_k > o->experts) fail("--top-k must not exceed --experts");
     run_bench_cpu(*o);
   });
+  add_bench_offload_command(*bench);
 }
 
 }  // namespace ft::cli

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "base/error.h"
+#include "experts/gpu_expert_store.h"
 
 namespace ft {
 
@@ -25,9 +26,54 @@ void rope_tables(const Rope& rope, int64_t max_pos, std::vector<float>& cos,
 
 namespace {
 cuda::DeviceBuffer floats(int64_t count) { return cuda::DeviceBuffer(count * sizeof(float)); }
+
+constexpr int64_t k_logit_rows = 64;  // lm_head runs on at most this many tokens at a time
+
+// Bytes of every weight the transformer keeps resident (all but routed experts).
+size_t resident_bytes(const ModelWeights& w) {
+  // lm_head is uploaded on its own even when tied to the embedding.
+  size_t b = w.embed.nbytes() + w.lm_head.nbytes() + w.final_norm.size() * sizeof(float);
+  for (const auto& L : w.layers) {
+    for (const Linear* l : {&L.q, &L.k, &L.v, &L.o}) b += l->w.nbytes() + l->bias.size() * 4;
+    for (const TensorView* t : {&L.gate, &L.up, &L.down, &L.router}) b += t->nbytes();
+    for (const auto* v : {&L.attn_norm, &L.ffn_norm, &L.q_norm, &L.k_norm}) b += v->size() * 4;
+  }
+  return b;
+}
 }  // namespace
 
-CudaTransformer::CudaTransformer(const Model& model, int64_t capacity, int64_t max_chunk)
+MemoryRequest cuda_offload_request(const Model& model, const HostExperts& experts, int64_t capacity,
+                                   int64_t max_chunk, size_t budget) {
+  const ModelConfig& c = model.config();
+  const int64_t T = max_chunk, H = c.hidden, I = experts.inter, k = c.top_k, f = 4;
+  const int64_t widest = std::max({H, c.q_dim(), c.ffn_dim, I});
+  const int64_t rot = c.head_dim;  // upper bound of the rotary width
+  size_t scratch = T * 4 + f * T *
+                               (3 * H + 2 * c.q_dim() + 2 * c.kv_dim() +
+                                2 * std::max<int64_t>(c.ffn_dim, 1) + c.n_experts + 2 * k);
+  scratch += f * std::min(T, k_logit_rows) * c.vocab_size;                      // logits
+  scratch += 2 * T * widest * 2 + cuda::Blas::k_dequant_elems * f;              // Blas
+  scratch += f * T * k * (2 * H + 2 * I) + 12 * T * k + 4 * (c.n_experts + 1);  // MoeWorkspace
+  scratch +=
+      f * cuda::k_gemv_max_tokens * k * (2 * H + 2 * I) + 4 * experts.moe_layers * c.n_experts;
+  scratch += f * capacity * rot;  // cos/sin
+  // cuBLAS workspaces and allocation rounding: measured ~10 MB beyond the terms above on an
+  // H200 (bench offload reports the VRAM it used beside the budget); 160 MB of headroom.
+  scratch += size_t{160} << 20;
+  return {.budget = budget,
+          .resident_weights = resident_bytes(model.weights()),
+          .scratch = scratch,
+          .kv_bytes_per_token = static_cast<size_t>(2 * c.n_layers * c.kv_dim() * f),
+          .kv_reserve_tokens = capacity,
+          .expert_bytes = experts.expert_bytes(),
+          .moe_layers = experts.moe_layers,
+          .experts = experts.n_experts};
+}
+
+CudaTransformer::~CudaTransformer() = default;
+
+CudaTransformer::CudaTransformer(const Model& model, int64_t capacity, int64_t max_chunk,
+                                 const CudaOffload& offload)
     : model_(model),
       c_(model.config()),
       capacity_(capacity),
@@ -36,6 +82,15 @@ CudaTransformer::CudaTransformer(const Model& model, int64_t capacity, int64_t m
   FT_CHECK(capacity > 0 && max_chunk > 0, "CudaTransformer: bad sizes");
   if (cuda::device_count() == 0) fail("no CUDA device: run on the CPU backend instead");
   const auto& w = model.weights();
+  const HostExperts* host = offload.experts;
+  if (host) {
+    FT_CHECK(host->n_layers == c_.n_layers && host->n_experts == c_.n_experts &&
+                 host->hidden == c_.hidden,
+             "offload: host experts do not match the model");
+    for (int64_t l = 0; l < c_.n_layers; ++l)
+      FT_CHECK(host->has_layer(l) == bool(c_.layer_is_moe[l]), "offload: layer {}", l);
+  }
+  const int64_t inter = host ? host->inter : c_.expert_dim;
   embed_ = upload(w.embed);
   lm_head_ = upload(w.lm_head);
   final_norm_ = upload(w.final_norm);
@@ -49,14 +104,24 @@ CudaTransformer::CudaTransformer(const Model& model, int64_t capacity, int64_t m
     d.q_bias = upload(L.q.bias), d.k_bias = upload(L.k.bias), d.v_bias = upload(L.v.bias);
     d.o_bias = upload(L.o.bias);
     if (!L.gate.empty()) d.gate = upload(L.gate), d.up = upload(L.up), d.down = upload(L.down);
-    if (!L.router.empty()) d.router = upload(L.router), d.experts = upload_experts(L.experts);
+    if (!L.router.empty()) {
+      d.router = upload(L.router);
+      if (!host) d.experts = upload_experts(L.experts);
+    }
     layers_.push_back(d);
   }
   const int64_t T = max_chunk, H = c_.hidden, kvd = c_.kv_dim();
-  const int64_t widest = std::max({H, c_.q_dim(), c_.ffn_dim, c_.expert_dim});
+  const int64_t widest = std::max({H, c_.q_dim(), c_.ffn_dim, inter});
   blas_ = std::make_unique<cuda::Blas>(T, widest);
   if (c_.n_experts > 0)
-    moe_ = std::make_unique<cuda::MoeWorkspace>(T, c_.top_k, c_.n_experts, H, c_.expert_dim);
+    moe_ = std::make_unique<cuda::MoeWorkspace>(T, c_.top_k, c_.n_experts, H, inter);
+  if (host) {
+    store_ = std::make_unique<GpuExpertStore>(*host, offload.slots);
+    if (!store_->all_resident())
+      moe_pool_ = std::make_unique<cuda::MoeWorkspace>(cuda::k_gemv_max_tokens, c_.top_k,
+                                                       offload.slots, H, inter);
+    slot_ids_ = cuda::DeviceBuffer(cuda::k_gemv_max_tokens * c_.top_k * sizeof(int32_t));
+  }
   kv_k_ = floats(c_.n_layers * capacity * kvd);
   kv_v_ = floats(c_.n_layers * capacity * kvd);
   std::vector<float> cs, sn;
@@ -76,7 +141,8 @@ CudaTransformer::CudaTransformer(const Model& model, int64_t capacity, int64_t m
     route_ids_ = cuda::DeviceBuffer(T * c_.top_k * sizeof(int32_t));
     route_w_ = floats(T * c_.top_k);
   }
-  logits_ = floats(T * c_.vocab_size);
+  logit_rows_ = std::min(T, k_logit_rows);
+  logits_ = floats(logit_rows_ * c_.vocab_size);
 }
 
 cuda::DeviceMatrix CudaTransformer::upload(const TensorView& t) {
@@ -150,8 +216,11 @@ void CudaTransformer::forward(const int32_t* ids, int64_t n, int64_t pos0, float
     run_layers(m, pos0 + s);
     if (all_logits) {
       cuda::rmsnorm(x, m, H, final_norm_, c_.rms_eps, xn);
-      cuda::matmul(*blas_, xn, m, lm_head_, lg);
-      cuda::copy_to_host(logits + s * V, lg, m * V * sizeof(float));
+      for (int64_t r = 0; r < m; r += logit_rows_) {
+        const int64_t rows = std::min(logit_rows_, m - r);
+        cuda::matmul(*blas_, xn + r * H, rows, lm_head_, lg);
+        cuda::copy_to_host(logits + (s + r) * V, lg, rows * V * sizeof(float));
+      }
     } else if (s + m == n) {
       cuda::rmsnorm(x + (m - 1) * H, 1, H, final_norm_, c_.rms_eps, xn);
       cuda::matmul(*blas_, xn, 1, lm_head_, lg);
@@ -162,6 +231,15 @@ void CudaTransformer::forward(const int32_t* ids, int64_t n, int64_t pos0, float
 
 void CudaTransformer::run_layers(int64_t n, int64_t pos0) {
   cuda::embed(embed_, ids_.as<int32_t>(), n, x_.as<float>());
+  // Offloaded prefill streams every MoE layer's experts (the next layer's copy overlaps this
+  // layer's compute); decode-sized passes go through the slot cache instead.
+  streaming_ = store_ && !store_->all_resident() && n > cuda::k_gemv_max_tokens;
+  if (streaming_) {
+    std::vector<int64_t> order;
+    for (int64_t l = 0; l < c_.n_layers; ++l)
+      if (c_.layer_is_moe[l]) order.push_back(l);
+    store_->stream_begin(order);
+  }
   for (int64_t l = 0; l < c_.n_layers; ++l) {
     attention_block(l, n, pos0);
     ffn_block(l, n);
@@ -222,17 +300,7 @@ void CudaTransformer::ffn_block(int64_t l, int64_t n) {
   float *x = x_.as<float>(), *xn = xn_.as<float>(), *tmp = tmp_.as<float>();
   cuda::rmsnorm(x, n, H, L.ffn_norm, c_.rms_eps, xn);
   if (c_.layer_is_moe[l]) {
-    cuda::matmul(*blas_, xn, n, L.router, router_.as<float>());
-    cuda::route_topk_softmax(router_.as<float>(), n, c_.n_experts, c_.top_k, c_.norm_topk_prob,
-                             route_ids_.as<int32_t>(), route_w_.as<float>());
-    cuda::moe_experts(*blas_, L.experts,
-                      {.x = xn,
-                       .n = n,
-                       .ids = route_ids_.as<int32_t>(),
-                       .weights = route_w_.as<float>(),
-                       .top_k = c_.top_k,
-                       .out = tmp},
-                      *moe_);
+    moe_block(l, n);
   } else {
     float *g = gate_.as<float>(), *u = up_.as<float>();
     cuda::matmul(*blas_, xn, n, L.gate, g);
@@ -241,6 +309,41 @@ void CudaTransformer::ffn_block(int64_t l, int64_t n) {
     cuda::matmul(*blas_, g, n, L.down, tmp);
   }
   cuda::add_inplace(x, tmp, n * H);
+}
+
+// Router -> top-k -> experts into tmp_. Offloaded: all resident (a layer view of the pool),
+// streaming (wait for the layer's copy, free its buffer after), or decode through the cache
+// (the step's ids to the host, ensure, slot ids back, wait for the fetches).
+void CudaTransformer::moe_block(int64_t l, int64_t n) {
+  const Layer& L = layers_[l];
+  int32_t* ids = route_ids_.as<int32_t>();
+  cuda::matmul(*blas_, xn_.as<float>(), n, L.router, router_.as<float>());
+  cuda::route_topk_softmax(router_.as<float>(), n, c_.n_experts, c_.top_k, c_.norm_topk_prob, ids,
+                           route_w_.as<float>());
+  cuda::MoeArgs a{.x = xn_.as<float>(),
+                  .n = n,
+                  .ids = ids,
+                  .weights = route_w_.as<float>(),
+                  .top_k = c_.top_k,
+                  .out = tmp_.as<float>()};
+  if (!store_) {
+    cuda::moe_experts(*blas_, L.experts, a, *moe_);
+  } else if (store_->all_resident()) {
+    cuda::moe_experts(*blas_, store_->resident(l), a, *moe_);
+  } else if (streaming_) {
+    cuda::moe_experts(*blas_, store_->stream_acquire(l), a, *moe_);
+    store_->stream_release(l);
+  } else {
+    const int64_t count = n * c_.top_k;
+    host_ids_.resize(count);
+    host_slots_.resize(count);
+    // Synchronous: also guarantees no earlier kernel still reads a slot this step evicts.
+    cuda::copy_to_host(host_ids_.data(), ids, count * sizeof(int32_t));
+    store_->ensure(l, host_ids_.data(), count, host_slots_.data());
+    cuda::copy_to_device(slot_ids_.data(), host_slots_.data(), count * sizeof(int32_t));
+    a.ids = slot_ids_.as<int32_t>();
+    cuda::moe_experts(*blas_, store_->pool(), a, *moe_pool_);
+  }
 }
 
 }  // namespace ft

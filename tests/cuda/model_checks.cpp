@@ -1,5 +1,5 @@
-// Golden fixture parity of CudaTransformer (the same references as tests/models/parity_test.cpp)
-// and a decode timing.
+// Golden fixture parity of CudaTransformer (the same references as tests/models/parity_test.cpp),
+// resident and offloaded at several expert-slot counts, and a decode timing.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "cuda_checks.h"
+#include "experts/gpu_expert_store.h"
 #include "io/safetensors.h"
 #include "model/cuda_transformer.h"
 
@@ -57,11 +58,51 @@ std::string row_close(const float* got, const float* ref, int64_t n, const std::
                      ref[at], 1e-3f * max_ref);
 }
 
+// Expert slots of an offload check: 0 = resident (no offload), else one layer (MIN), two
+// layers (DOUBLE, the double-buffered prefill), half of all experts or all of them.
+enum class Slots { RESIDENT, MIN, DOUBLE, HALF, ALL };
+
+int64_t slot_count(const Model& m, Slots s) {
+  const ModelConfig& c = m.config();
+  int64_t moe = 0;
+  for (bool b : c.layer_is_moe) moe += b;
+  const int64_t all = moe * c.n_experts;
+  switch (s) {
+    case Slots::RESIDENT:
+      return 0;
+    case Slots::MIN:
+      return c.n_experts;
+    case Slots::DOUBLE:
+      return std::min(all, 2 * c.n_experts);
+    case Slots::HALF:
+      return std::max(c.n_experts, all / 2 + 1);
+    case Slots::ALL:
+      return all;
+  }
+  return 0;
+}
+
+// A CudaTransformer, offloaded when slots != RESIDENT (the pinned experts live beside it).
+struct Runner {
+  std::unique_ptr<HostExperts> host;
+  std::unique_ptr<CudaTransformer> tf;
+  Runner(const Model& m, int64_t capacity, int64_t chunk, Slots s) {
+    if (s == Slots::RESIDENT) {
+      tf = std::make_unique<CudaTransformer>(m, capacity, chunk);
+      return;
+    }
+    host = std::make_unique<HostExperts>(HostExperts::copy_of(m));
+    tf = std::make_unique<CudaTransformer>(m, capacity, chunk,
+                                           CudaOffload{host.get(), slot_count(m, s)});
+  }
+};
+
 // Prefill in one pass (max_chunk >= T) or in chunks of `chunk`: logits at every position.
-std::string prefill(const std::string& dir, int64_t chunk) {
+std::string prefill(const std::string& dir, int64_t chunk, Slots slots = Slots::RESIDENT) {
   Reference r = load(dir);
   const int64_t T = static_cast<int64_t>(r.prompt.size()), V = r.model->config().vocab_size;
-  CudaTransformer tf(*r.model, T, chunk);
+  Runner run(*r.model, T, chunk, slots);
+  CudaTransformer& tf = *run.tf;
   std::vector<float> logits(T * V);
   tf.forward(r.prompt.data(), T, 0, logits.data(), true);
   std::string err;
@@ -72,11 +113,12 @@ std::string prefill(const std::string& dir, int64_t chunk) {
 }
 
 // Token by token through the prompt, then the greedy continuation.
-std::string decode(const std::string& dir) {
+std::string decode(const std::string& dir, Slots slots = Slots::RESIDENT) {
   Reference r = load(dir);
   const int64_t T = static_cast<int64_t>(r.prompt.size()), V = r.model->config().vocab_size;
   const int64_t N = static_cast<int64_t>(r.greedy.size());
-  CudaTransformer tf(*r.model, T + N, 64);
+  Runner run(*r.model, T + N, 64, slots);
+  CudaTransformer& tf = *run.tf;
   std::vector<float> logits(V);
   std::string err;
   for (int64_t t = 0; t < T; ++t) {
@@ -106,6 +148,14 @@ std::vector<Check> model_checks(const std::string& fixtures_dir) {
     out.push_back({f + "/prefill", [dir] { return prefill(dir, 64); }});
     out.push_back({f + "/prefill_chunked", [dir] { return prefill(dir, 7); }});
     out.push_back({f + "/decode_greedy", [dir] { return decode(dir); }});
+    const std::pair<Slots, const char*> sizes[] = {
+        {Slots::MIN, "min"}, {Slots::DOUBLE, "double"}, {Slots::HALF, "half"}, {Slots::ALL, "all"}};
+    for (auto [s, name] : sizes) {
+      const std::string p = f + "/offload_" + name;
+      out.push_back({p + "/prefill", [dir, s] { return prefill(dir, 64, s); }});
+      out.push_back({p + "/prefill_chunked", [dir, s] { return prefill(dir, 7, s); }});
+      out.push_back({p + "/decode_greedy", [dir, s] { return decode(dir, s); }});
+    }
   }
   return out;
 }

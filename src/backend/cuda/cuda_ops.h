@@ -48,6 +48,64 @@ void copy_to_host(void* dst, const void* src, size_t bytes);    // synchronous
 void copy_on_device(void* dst, const void* src, size_t bytes);  // async on the default stream
 void synchronize();  // waits for the device; reports any asynchronous error with file:line
 
+// ---- streams, events, page-locked host memory (stream.cu)
+
+// A completion marker (timing disabled). Recorded on one stream, waited on by another.
+class Event {
+ public:
+  Event();
+  ~Event();
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+  void* handle() const { return handle_; }  // cudaEvent_t
+
+ private:
+  void* handle_ = nullptr;
+};
+
+// A non-blocking stream for host -> device expert copies, running beside the legacy default
+// stream the ops use; ordering between the two is only through events.
+class CopyStream {
+ public:
+  CopyStream();
+  ~CopyStream();
+  CopyStream(const CopyStream&) = delete;
+  CopyStream& operator=(const CopyStream&) = delete;
+  // Asynchronous; src must be page-locked (PinnedBuffer) for the copy to overlap compute.
+  void copy_to_device(void* dst, const void* src, size_t bytes);
+  void record(Event& e);      // e completes when the copies issued so far have
+  void wait(const Event& e);  // later copies start after e
+  void synchronize();
+
+ private:
+  void* handle_ = nullptr;  // cudaStream_t
+};
+
+// The default (compute) stream's side of the event handshake.
+void record_on_default(Event& e);
+void wait_on_default(const Event& e);
+
+// Owning page-locked host memory (cudaHostAlloc, portable); movable.
+class PinnedBuffer {
+ public:
+  PinnedBuffer() = default;
+  explicit PinnedBuffer(size_t bytes);
+  ~PinnedBuffer();
+  PinnedBuffer(PinnedBuffer&& o) noexcept;
+  PinnedBuffer& operator=(PinnedBuffer&& o) noexcept;
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+  void* data() const { return data_; }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+// Free and total bytes of device 0 (cudaMemGetInfo).
+void memory_info(size_t* free_bytes, size_t* total_bytes);
+
 // ---- weights
 
 // A weight matrix in VRAM: [rows, cols] row-major, F32, F16 or BF16.

@@ -1,0 +1,211 @@
+// HostExperts (pinned expert stacks) and GpuExpertStore (the VRAM slot pool, decode fetches
+// and prefill layer streaming on a copy stream).
+#include "experts/gpu_expert_store.h"
+
+#include <algorithm>
+#include <cstring>
+#include <random>
+#include <thread>
+
+#include "base/error.h"
+#include "base/half.h"
+
+namespace ft {
+
+namespace {
+uint64_t mix(uint64_t x) {  // splitmix64 finaliser: a per-matrix offset from its coordinates
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+}  // namespace
+
+size_t HostExperts::total_bytes() const {
+  size_t t = 0;
+  for (const auto& b : layers_) t += b.bytes();
+  return t;
+}
+
+HostExperts HostExperts::copy_of(const Model& model) {
+  const ModelConfig& c = model.config();
+  HostExperts h;
+  h.n_layers = c.n_layers;
+  h.n_experts = c.n_experts;
+  h.layers_.resize(c.n_layers);
+  bool first = true;
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    const auto& ex = model.weights().layers[l].experts;
+    if (ex.empty()) continue;
+    if (first) {
+      h.dtype = ex[0].gate.dtype;
+      h.inter = ex[0].gate.shape[0];
+      h.hidden = ex[0].gate.shape[1];
+      first = false;
+    }
+    FT_CHECK(static_cast<int64_t>(ex.size()) == h.n_experts, "layer {}: {} experts", l, ex.size());
+    ++h.moe_layers;
+    h.layers_[l] = cuda::PinnedBuffer(3 * h.matrix_bytes());
+    char* base = static_cast<char*>(h.layers_[l].data());
+    const size_t each = h.expert_matrix_bytes();
+    for (int64_t e = 0; e < h.n_experts; ++e) {
+      const TensorView* m[3] = {&ex[e].gate, &ex[e].up, &ex[e].down};
+      for (int k = 0; k < 3; ++k) {
+        FT_CHECK(m[k]->dtype == h.dtype && m[k]->nbytes() == each,
+                 "{}: experts differ in dtype or shape", m[k]->name);
+        std::memcpy(base + k * h.matrix_bytes() + e * each, m[k]->data, each);
+      }
+    }
+  }
+  return h;
+}
+
+HostExperts HostExperts::synthetic(const ModelConfig& c, uint64_t seed, int threads) {
+  HostExperts h;
+  h.dtype = DType::BF16;
+  h.n_layers = c.n_layers;
+  h.n_experts = c.n_experts;
+  h.hidden = c.hidden;
+  h.inter = c.expert_dim;
+  h.layers_.resize(c.n_layers);
+  for (int64_t l = 0; l < c.n_layers; ++l)
+    if (c.layer_is_moe[l]) {
+      h.layers_[l] = cuda::PinnedBuffer(3 * h.matrix_bytes());
+      ++h.moe_layers;
+    }
+  // One random block of uniform values (std 0.05) larger than a matrix; every matrix is a
+  // copy of it from its own offset.
+  const int64_t n = h.inter * h.hidden;
+  std::vector<uint16_t> block(std::max<int64_t>(n * 2, int64_t{1} << 20));
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> u(-0.0866f, 0.0866f);
+  for (auto& v : block) v = f32_to_bf16(u(rng));
+  const int64_t span = static_cast<int64_t>(block.size()) - n + 1;
+  const int64_t jobs = c.n_layers * h.n_experts * 3;
+  threads = std::max(1, threads);
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t)
+    pool.emplace_back([&, t] {
+      for (int64_t j = t; j < jobs; j += threads) {
+        const int64_t l = j / (h.n_experts * 3), r = j % (h.n_experts * 3);
+        if (!h.has_layer(l)) continue;
+        const int64_t k = r / h.n_experts, e = r % h.n_experts;
+        char* dst = static_cast<char*>(h.layers_[l].data()) + k * h.matrix_bytes() +
+                    e * h.expert_matrix_bytes();
+        const int64_t off = static_cast<int64_t>(mix(seed ^ (uint64_t(j) << 20)) % span);
+        std::memcpy(dst, block.data() + off, n * sizeof(uint16_t));
+      }
+    });
+  for (auto& th : pool) th.join();
+  return h;
+}
+
+GpuExpertStore::GpuExpertStore(const HostExperts& host, int64_t slots)
+    : host_(host),
+      slots_(slots),
+      all_resident_(slots == host.moe_layers * host.n_experts),
+      gate_(slots * host.expert_matrix_bytes()),
+      up_(slots * host.expert_matrix_bytes()),
+      down_(slots * host.expert_matrix_bytes()),
+      cache_(host.n_layers, host.n_experts, slots),
+      moe_index_(host.n_layers, -1) {
+  FT_CHECK(slots <= host.moe_layers * host.n_experts, "{} slots for {} experts", slots,
+           host.moe_layers * host.n_experts);
+  int64_t idx = 0;
+  for (int64_t l = 0; l < host.n_layers; ++l)
+    if (host.has_layer(l)) moe_index_[l] = idx++;
+  if (all_resident_) {
+    for (int64_t l = 0; l < host.n_layers; ++l)
+      if (host.has_layer(l)) copy_layer(l, moe_index_[l] * host.n_experts);
+    copy_.synchronize();
+  }
+}
+
+cuda::DeviceExperts GpuExpertStore::view(int64_t first, int64_t count) const {
+  const size_t off = first * host_.expert_matrix_bytes();
+  return {.gate = gate_.as<char>() + off,
+          .up = up_.as<char>() + off,
+          .down = down_.as<char>() + off,
+          .dtype = host_.dtype,
+          .n_experts = count,
+          .hidden = host_.hidden,
+          .inter = host_.inter};
+}
+
+cuda::DeviceExperts GpuExpertStore::resident(int64_t l) const {
+  FT_CHECK(all_resident_ && moe_index_[l] >= 0, "layer {} is not resident", l);
+  return view(moe_index_[l] * host_.n_experts, host_.n_experts);
+}
+
+void GpuExpertStore::copy_expert(int64_t l, int64_t e, int64_t slot) {
+  const size_t each = host_.expert_matrix_bytes();
+  copy_.copy_to_device(gate_.as<char>() + slot * each, host_.gate(l) + e * each, each);
+  copy_.copy_to_device(up_.as<char>() + slot * each, host_.up(l) + e * each, each);
+  copy_.copy_to_device(down_.as<char>() + slot * each, host_.down(l) + e * each, each);
+}
+
+void GpuExpertStore::copy_layer(int64_t l, int64_t first) {
+  const size_t off = first * host_.expert_matrix_bytes(), bytes = host_.matrix_bytes();
+  copy_.copy_to_device(gate_.as<char>() + off, host_.gate(l), bytes);
+  copy_.copy_to_device(up_.as<char>() + off, host_.up(l), bytes);
+  copy_.copy_to_device(down_.as<char>() + off, host_.down(l), bytes);
+}
+
+void GpuExpertStore::ensure(int64_t l, const int32_t* ids, int64_t count, int32_t* slot_ids) {
+  FT_CHECK(!all_resident_ && moe_index_[l] >= 0, "ensure: layer {}", l);
+  distinct_.clear();
+  for (int64_t i = 0; i < count; ++i)
+    if (std::find(distinct_.begin(), distinct_.end(), ids[i]) == distinct_.end())
+      distinct_.push_back(ids[i]);
+  const EnsurePlan plan = cache_.ensure(l, distinct_);
+  FT_CHECK(plan.cpu.empty(), "ensure: {} experts left to the CPU", plan.cpu.size());
+  for (size_t f = 0; f < plan.fetch.size(); ++f) copy_expert(l, plan.fetch[f], plan.fetch_slot[f]);
+  if (!plan.fetch.empty()) {
+    copy_.record(copied_[0]);
+    cuda::wait_on_default(copied_[0]);
+    stats_.fetched_experts += static_cast<int64_t>(plan.fetch.size());
+    stats_.fetched_bytes += plan.fetch.size() * host_.expert_bytes();
+  }
+  for (int64_t i = 0; i < count; ++i) {
+    const size_t d = std::find(distinct_.begin(), distinct_.end(), ids[i]) - distinct_.begin();
+    slot_ids[i] = plan.slot_of[d];
+  }
+}
+
+void GpuExpertStore::issue_stream_copy(size_t i) {
+  const size_t nbuf = double_buffered() ? 2 : 1, buf = i % nbuf;
+  // The buffer's previous layer must have been consumed by the compute stream.
+  if (i >= nbuf) copy_.wait(consumed_[buf]);
+  copy_layer(order_[i], static_cast<int64_t>(buf) * host_.n_experts);
+  copy_.record(copied_[buf]);
+  stats_.streamed_bytes += 3 * host_.matrix_bytes();
+}
+
+void GpuExpertStore::stream_begin(const std::vector<int64_t>& order) {
+  FT_CHECK(!all_resident_, "stream_begin with every expert resident");
+  cache_.reset();
+  // The first copies overwrite slots that kernels issued before this pass may still read.
+  cuda::record_on_default(consumed_[0]);
+  copy_.wait(consumed_[0]);
+  order_ = order;
+  next_ = 0;
+  const size_t nbuf = double_buffered() ? 2 : 1;
+  for (size_t i = 0; i < std::min(nbuf, order_.size()); ++i) issue_stream_copy(i);
+}
+
+cuda::DeviceExperts GpuExpertStore::stream_acquire(int64_t l) {
+  FT_CHECK(next_ < order_.size() && order_[next_] == l, "stream_acquire: layer {} out of order", l);
+  const size_t buf = next_ % (double_buffered() ? 2 : 1);
+  cuda::wait_on_default(copied_[buf]);
+  return view(static_cast<int64_t>(buf) * host_.n_experts, host_.n_experts);
+}
+
+void GpuExpertStore::stream_release(int64_t l) {
+  FT_CHECK(next_ < order_.size() && order_[next_] == l, "stream_release: layer {}", l);
+  const size_t nbuf = double_buffered() ? 2 : 1, buf = next_ % nbuf;
+  cuda::record_on_default(consumed_[buf]);
+  ++next_;
+  if (next_ - 1 + nbuf < order_.size()) issue_stream_copy(next_ - 1 + nbuf);
+}
+
+}  // namespace ft

@@ -1,0 +1,105 @@
+// Expert offload for the CUDA runner: every routed expert in page-locked host memory
+// (HostExperts), VRAM as one pool of expert slots shared by all MoE layers (GpuExpertStore)
+// run by ExpertCache's policy. Plain C++ over backend/cuda/cuda_ops.h (no CUDA headers);
+// built into ft_cuda_model only.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "backend/cuda/cuda_ops.h"
+#include "experts/expert_cache.h"
+#include "model/model.h"
+
+namespace ft {
+
+// Each MoE layer's experts stacked in one pinned block, laid out as the device stacks are:
+// gate [E, inter, hidden] | up [E, inter, hidden] | down [E, hidden, inter].
+class HostExperts {
+ public:
+  // A pinned copy of the model's routed experts (any dtype, all experts of one dtype/shape).
+  static HostExperts copy_of(const Model& model);
+  // Random bf16 experts of config's shapes (std ~0.05): a random block memcpy-tiled at a
+  // per-matrix offset, on `threads` threads; tens of GB in seconds.
+  static HostExperts synthetic(const ModelConfig& config, uint64_t seed, int threads);
+
+  bool has_layer(int64_t l) const { return layers_[l].data() != nullptr; }
+  const char* gate(int64_t l) const { return base(l); }
+  const char* up(int64_t l) const { return base(l) + matrix_bytes(); }
+  const char* down(int64_t l) const { return base(l) + 2 * matrix_bytes(); }
+  size_t matrix_bytes() const {
+    return n_experts * inter * hidden * dtype_size(dtype);
+  }  // one stack
+  size_t expert_matrix_bytes() const { return inter * hidden * dtype_size(dtype); }
+  size_t expert_bytes() const { return 3 * expert_matrix_bytes(); }  // gate + up + down
+  size_t total_bytes() const;
+
+  DType dtype = DType::BF16;
+  int64_t n_layers = 0, moe_layers = 0, n_experts = 0, hidden = 0, inter = 0;
+
+ private:
+  const char* base(int64_t l) const { return static_cast<const char*>(layers_[l].data()); }
+  std::vector<cuda::PinnedBuffer> layers_;  // [n_layers]; empty for dense layers
+};
+
+struct ExpertStoreStats {
+  int64_t fetched_experts = 0;  // decode misses copied host -> slot
+  size_t fetched_bytes = 0;     // decode fetches
+  size_t streamed_bytes = 0;    // prefill layer streaming
+};
+
+// The device side: `slots` expert slots (gate/up/down pools as one stack of `slots` experts),
+// and a copy stream. Three modes, by slot count:
+//   all resident (slots == moe_layers * E): every expert uploaded once; layer views, no syncs;
+//   decode (ensure): misses fetched into LRU slots, the compute stream waits on an event;
+//   prefill streaming: whole layers into slots [0, E) and [E, 2E) (double-buffered when
+//   slots >= 2E, else one buffer), the next layer's copy overlapping this layer's compute.
+class GpuExpertStore {
+ public:
+  GpuExpertStore(const HostExperts& host, int64_t slots);
+
+  bool all_resident() const { return all_resident_; }
+  bool double_buffered() const { return slots_ >= 2 * host_.n_experts; }
+  int64_t slots() const { return slots_; }
+  // All-resident view of layer l (expert ids index it directly).
+  cuda::DeviceExperts resident(int64_t l) const;
+  // The whole pool as one stack of `slots` experts (slot ids index it).
+  cuda::DeviceExperts pool() const { return view(0, slots_); }
+
+  // Decode: ids [count] (host, any order, repeats allowed) of layer l -> slot ids [count].
+  // Misses are copied on the copy stream; the default stream waits for them before anything
+  // issued after this call. Call only when no kernel issued earlier may still read a slot
+  // that this step evicts (the caller has synchronised with the default stream).
+  void ensure(int64_t l, const int32_t* ids, int64_t count, int32_t* slot_ids);
+
+  // Prefill streaming over the MoE layers `order` (ascending): begin issues the first copies;
+  // acquire(l) makes the default stream wait for layer l and returns its view (ids index it);
+  // release(l) after layer l's experts kernels were issued frees its buffer for a later layer.
+  // Streaming overwrites slots, so the cache's mappings are dropped at begin.
+  void stream_begin(const std::vector<int64_t>& order);
+  cuda::DeviceExperts stream_acquire(int64_t l);
+  void stream_release(int64_t l);
+
+  const ExpertCacheStats& cache_stats() const { return cache_.stats(); }
+  const ExpertStoreStats& stats() const { return stats_; }
+
+ private:
+  cuda::DeviceExperts view(int64_t first_slot, int64_t count) const;
+  void copy_expert(int64_t l, int64_t expert, int64_t slot);
+  void copy_layer(int64_t l, int64_t first_slot);
+  void issue_stream_copy(size_t index);
+
+  const HostExperts& host_;
+  int64_t slots_;
+  bool all_resident_;
+  cuda::DeviceBuffer gate_, up_, down_;  // [slots, I, H], [slots, I, H], [slots, H, I]
+  ExpertCache cache_;
+  cuda::CopyStream copy_;
+  cuda::Event copied_[2], consumed_[2];  // per layer buffer (prefill); copied_[0] for decode
+  std::vector<int64_t> order_;           // streaming: MoE layers in order
+  std::vector<int64_t> moe_index_;       // [n_layers] -> index among MoE layers, or -1
+  size_t next_ = 0;                      // streaming: index of the layer to acquire next
+  ExpertStoreStats stats_;
+  std::vector<int32_t> distinct_;  // decode scratch
+};
+
+}  // namespace ft
