@@ -45,23 +45,9 @@ double read_bandwidth(ThreadPool& pool, size_t bytes) {
 }
 
 ModelConfig synthetic_config(const BenchOptions& o) {
-  ModelConfig c;
-  c.model_type = "qwen3_moe";
-  c.vocab_size = o.vocab;
-  c.hidden = o.hidden;
-  c.n_layers = o.layers;
-  c.n_heads = o.heads;
-  c.n_kv_heads = o.kv_heads;
-  c.head_dim = o.head_dim;
-  c.max_position = 32768;
-  c.rope.theta = 1e6;
-  c.qk_norm = QkNorm::PER_HEAD;
-  c.n_experts = o.experts;
-  c.top_k = o.top_k;
-  c.expert_dim = o.expert_dim;
-  c.norm_topk_prob = true;
-  c.layer_is_moe.assign(c.n_layers, true);
-  return c;
+  return synthetic_moe_config({.layers = o.layers, .experts = o.experts, .top_k = o.top_k,
+                               .hidden = o.hidden, .expert_dim = o.expert_dim, .heads = o.heads,
+                               .kv_heads = o.kv_heads, .head_dim = o.head_dim, .vocab = o.vocab});
 }
 
 void run_bench_cpu(const BenchOptions& o) {

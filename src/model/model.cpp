@@ -47,6 +47,26 @@ std::unique_ptr<Model> Model::load(const std::string& dir) {
   return m;
 }
 
+ModelConfig synthetic_moe_config(const SyntheticShape& s) {
+  ModelConfig c;
+  c.model_type = "qwen3_moe";
+  c.vocab_size = s.vocab;
+  c.hidden = s.hidden;
+  c.n_layers = s.layers;
+  c.n_heads = s.heads;
+  c.n_kv_heads = s.kv_heads;
+  c.head_dim = s.head_dim;
+  c.max_position = 32768;
+  c.rope.theta = 1e6;
+  c.qk_norm = QkNorm::PER_HEAD;
+  c.n_experts = s.experts;
+  c.top_k = s.top_k;
+  c.expert_dim = s.expert_dim;
+  c.norm_topk_prob = true;
+  c.layer_is_moe.assign(c.n_layers, true);
+  return c;
+}
+
 std::unique_ptr<Model> Model::synthetic(const ModelConfig& config, uint64_t seed) {
   validate_config(config, "synthetic config");
   std::unique_ptr<Model> m(new Model());

@@ -35,6 +35,12 @@ class Model {
   ModelWeights weights_;
 };
 
+// The shape of a synthetic Qwen3-MoE-style model (benchmarks): every layer MoE, per-head qk-norm.
+struct SyntheticShape {
+  int64_t layers, experts, top_k, hidden, expert_dim, heads, kv_heads, head_dim, vocab;
+};
+ModelConfig synthetic_moe_config(const SyntheticShape& s);
+
 // Resolves checkpoint names into the canonical weights (model/loader.cpp).
 ModelWeights load_weights(const ModelConfig& c, const WeightNames& names,
                           const SafetensorsSet& files);
