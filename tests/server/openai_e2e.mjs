@@ -1,55 +1,19 @@
 // OpenAI API end to end: the official openai SDK (and raw fetch for malformed input) against a
 // real `ft serve` on the tiny random-weight Qwen3 test model. The text is gibberish; the wire
 // format must be exact. Usage: node openai_e2e.mjs FT_BINARY MODEL_DIR
-import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
+import { args, assert, startServer, post as postUrl, runCases, finish } from './contract_harness.mjs';
 
 const { default: OpenAI } = await import(new URL('../js/node_modules/openai/index.mjs', import.meta.url));
-const [bin, modelDir] = process.argv.slice(2);
-if (!bin || !modelDir) {
-  console.error('usage: node openai_e2e.mjs FT_BINARY MODEL_DIR');
-  process.exit(2);
-}
-const MODEL = modelDir.replace(/\/+$/, '').split('/').pop();
+const { ft, model } = args();
+const MODEL = model.replace(/\/+$/, '').split('/').pop();
 
 // ---- server -------------------------------------------------------------------------------------
 
-async function startServer() {
-  for (let attempt = 0; attempt < 5; ++attempt) {
-    const port = 20000 + ((process.pid + attempt * 7919) % 10000);
-    const proc = spawn(bin, ['serve', '--model', modelDir, '--port', String(port), '--threads', '2',
-                             '--ctx-size', '2048', '--max-running-requests', '4'],
-                       { stdio: ['ignore', 'ignore', 'pipe'] });
-    let log = '';
-    proc.stderr.on('data', (d) => { log += d; });
-    let exited = false;
-    proc.on('exit', () => { exited = true; });
-    const url = `http://127.0.0.1:${port}`;
-    for (let i = 0; i < 600 && !exited; ++i) {
-      try {
-        const r = await fetch(`${url}/health`);
-        if (r.status === 200) return { proc, url, log: () => log };
-      } catch {}
-      await new Promise((r) => setTimeout(r, 100));
-    }
-    proc.kill('SIGKILL');
-    if (!/cannot listen/.test(log)) throw new Error(`ft serve did not become healthy:\n${log}`);
-  }
-  throw new Error('no free port');
-}
-
-const server = await startServer();
+const server = await startServer({ ft, model, extra: ['--threads', '2', '--ctx-size', '2048',
+                                                      '--max-running-requests', '4'] });
 const client = new OpenAI({ apiKey: 'unused', baseURL: `${server.url}/v1`, maxRetries: 0, timeout: 120_000 });
-const post = async (path, body, raw = false) => {
-  const r = await fetch(`${server.url}${path}`, {
-    method: 'POST', headers: { 'content-type': 'application/json' },
-    body: raw ? body : JSON.stringify(body),
-  });
-  const text = await r.text();
-  let json = null;
-  try { json = JSON.parse(text); } catch {}
-  return { status: r.status, text, json };
-};
+// POST to a path of this server; a string body is sent as-is (malformed-input cases).
+const post = (path, body) => postUrl(`${server.url}${path}`, body, { ms: 120_000 });
 
 // ---- cases --------------------------------------------------------------------------------------
 
@@ -319,7 +283,7 @@ test('bad input: 400 with OpenAI error JSON, naming the field', async () => {
     ['/v1/responses', { model: MODEL, input: 'x', bogus: 1 }, 'bogus'],
   ];
   for (const [path, body, param] of bad) {
-    const r = await post(path, typeof body === 'string' ? body : JSON.stringify(body), true);
+    const r = await post(path, body);
     assert.equal(r.status, 400, `${path} ${JSON.stringify(body)} -> ${r.status} ${r.text}`);
     assert.equal(typeof r.json.error.message, 'string');
     assert.equal(r.json.error.type, 'invalid_request_error');
@@ -351,18 +315,4 @@ test('client disconnect cancels the stream', async () => {
 
 // ---- run ----------------------------------------------------------------------------------------
 
-let failed = 0;
-for (const [name, fn] of cases) {
-  const t0 = Date.now();
-  try {
-    await fn();
-    console.log(`ok   ${name} (${Date.now() - t0} ms)`);
-  } catch (e) {
-    ++failed;
-    console.log(`FAIL ${name}\n${e.stack ?? e}`);
-  }
-}
-server.proc.kill('SIGTERM');
-if (failed) console.log(server.log().slice(-4000));
-console.log(failed ? `${failed} of ${cases.length} failed` : `all ${cases.length} passed`);
-process.exit(failed ? 1 : 0);
+await finish(await runCases(cases, server), [server]);
