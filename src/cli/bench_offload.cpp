@@ -17,6 +17,7 @@
 
 #include "backend/cuda/cuda_ops.h"
 #include "base/error.h"
+#include "engine/sampler.h"
 #include "base/timer.h"
 #include "cache/memory_plan.h"
 #include "experts/gpu_expert_store.h"
@@ -39,10 +40,6 @@ ModelConfig offload_config(const OffloadBenchOptions& o) {
   return synthetic_moe_config({.layers = o.layers, .experts = o.experts, .top_k = o.top_k,
                                .hidden = o.hidden, .expert_dim = o.expert_dim, .heads = o.heads,
                                .kv_heads = o.kv_heads, .head_dim = o.head_dim, .vocab = o.vocab});
-}
-
-int32_t argmax_of(const std::vector<float>& v) {
-  return static_cast<int32_t>(std::max_element(v.begin(), v.end()) - v.begin());
 }
 
 // Pinned host -> device, 1 GiB copies on the copy stream, best of 5 (bytes/s).
@@ -113,18 +110,18 @@ Row run_budget(const OffloadBenchOptions& o, const Model& model, const HostExper
   // Decode: a short prompt, 4 warm-up steps, then the measured steps.
   const auto prompt = random_ids(o.decode_prompt);
   tf.forward(prompt.data(), o.decode_prompt, 0, logits.data(), false);
-  int32_t next = argmax_of(logits);
+  int32_t next = argmax(logits.data(), static_cast<int64_t>(logits.size()));
   int64_t pos = o.decode_prompt;
   for (int i = 0; i < 4; ++i, ++pos) {
     tf.forward(&next, 1, pos, logits.data(), false);
-    next = argmax_of(logits);
+    next = argmax(logits.data(), static_cast<int64_t>(logits.size()));
   }
   const ExpertCacheStats c0 = store.cache_stats();
   const size_t f0 = store.stats().fetched_bytes;
   Timer t;
   for (int64_t i = 0; i < o.decode; ++i, ++pos) {
     tf.forward(&next, 1, pos, logits.data(), false);
-    next = argmax_of(logits);
+    next = argmax(logits.data(), static_cast<int64_t>(logits.size()));
   }
   const double decode_s = t.seconds();
   const ExpertCacheStats& c1 = store.cache_stats();
