@@ -8,7 +8,7 @@ Runs on the GPU machine (torch + transformers). For each fixture it writes, unde
   reference runs in fp32 on those rounded values, so the engine sees exactly what torch saw.
 Norm weights and biases get non-trivial values so a wrong formula shows.
 
-usage: make_fixtures.py OUT_DIR [--device cuda|cpu]
+usage: make_fixtures.py OUT_DIR [--device cuda|cpu] [--only name,name]
 """
 import json
 import math
@@ -28,6 +28,48 @@ def fixture_specs():
     """(name, model class, config kwargs, stored dtype, expert layout, shards)."""
     from transformers import (MixtralConfig, MixtralForCausalLM, OlmoeConfig, OlmoeForCausalLM,
                               Qwen3MoeConfig, Qwen3MoeForCausalLM)
+    return classic_specs(MixtralConfig, MixtralForCausalLM, OlmoeConfig, OlmoeForCausalLM,
+                         Qwen3MoeConfig, Qwen3MoeForCausalLM) + hybrid_specs()
+
+
+COMMON = dict(vocab_size=1000, hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
+              max_position_embeddings=4096, rms_norm_eps=1e-6, tie_word_embeddings=False,
+              bos_token_id=1, eos_token_id=2, pad_token_id=0)
+
+
+def hybrid_specs():
+    """Qwen3-Next and Qwen3.5/3.6-MoE: Gated DeltaNet layers + gated full attention, MoE with a
+    sigmoid-gated shared expert, zero-centred (1 + w) RMSNorms, partial rotary. The prompt is
+    longer than the delta rule's chunk (64) so the reference prefill spans two chunks."""
+    import transformers as tr
+    hybrid = dict(COMMON, head_dim=32, linear_conv_kernel_dim=4, linear_num_key_heads=2,
+                  linear_num_value_heads=4, moe_intermediate_size=32,
+                  shared_expert_intermediate_size=48, num_experts=8, num_experts_per_tok=2,
+                  rope_theta=10000.0, rope_scaling={"partial_rotary_factor": 0.25},
+                  prompt_len=80, zero_centred_norms=True, debug_dump=True)
+    specs = []
+    if hasattr(tr, "Qwen3NextForCausalLM"):
+        specs.append(("qwen3_next", tr.Qwen3NextForCausalLM, tr.Qwen3NextConfig, dict(
+            hybrid, num_hidden_layers=4, intermediate_size=96, linear_key_head_dim=16,
+            linear_value_head_dim=24, decoder_sparse_step=1, mlp_only_layers=[1],
+            norm_topk_prob=True,
+            layer_types=["linear_attention", "linear_attention", "full_attention",
+                         "linear_attention"]), torch.bfloat16, "per_expert", 1))
+    else:
+        print("transformers has no Qwen3NextForCausalLM: skipping qwen3_next")
+    if hasattr(tr, "Qwen3_5MoeForCausalLM"):
+        specs.append(("qwen3_5_moe", tr.Qwen3_5MoeForCausalLM, tr.Qwen3_5MoeTextConfig, dict(
+            hybrid, num_hidden_layers=4, linear_key_head_dim=16, linear_value_head_dim=16,
+            layer_types=["linear_attention", "full_attention", "linear_attention",
+                         "linear_attention"], multimodal_wrapper=True),
+            torch.bfloat16, "stacked", 1))
+    else:
+        print("transformers has no Qwen3_5MoeForCausalLM: skipping qwen3_5_moe")
+    return specs
+
+
+def classic_specs(MixtralConfig, MixtralForCausalLM, OlmoeConfig, OlmoeForCausalLM,
+                  Qwen3MoeConfig, Qwen3MoeForCausalLM):
     common = dict(vocab_size=1000, hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
                   max_position_embeddings=4096, rms_norm_eps=1e-6, tie_word_embeddings=False,
                   bos_token_id=1, eos_token_id=2, pad_token_id=0)
@@ -57,8 +99,11 @@ def fixture_specs():
     ]
 
 
+FIXTURE_KEYS = ("prompt_len", "zero_centred_norms", "multimodal_wrapper", "debug_dump")
+
+
 def make_config(config_cls, kwargs):
-    kwargs = dict(kwargs)
+    kwargs = {k: v for k, v in kwargs.items() if k not in FIXTURE_KEYS}
     scaling = kwargs.pop("rope_scaling", None)
     theta = kwargs.pop("rope_theta")
     config = config_cls(**kwargs)
@@ -75,11 +120,21 @@ def make_config(config_cls, kwargs):
     return config
 
 
-def randomize(model, gen, dtype):
-    """Random weights with unit-scale activations; norms ~1±0.3, biases ~0.1; rounded to dtype."""
+def randomize(model, gen, dtype, zero_centred=False):
+    """Random weights with unit-scale activations; norms ~1±0.3, biases ~0.1; rounded to dtype.
+
+    zero_centred: the RMSNorms scale by (1 + w), so their w ~ ±0.3 (the gated DeltaNet output
+    norm `linear_attn.norm` multiplies by w itself). DeltaNet decay parameters get values that
+    keep a memory of several tokens: A = exp(A_log) in [0.05, 0.6], dt_bias ~ 0.5."""
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if "norm" in name:
+            if name.endswith("A_log"):
+                v = torch.log(0.05 + 0.55 * torch.rand(p.shape, generator=gen))
+            elif name.endswith("dt_bias"):
+                v = 0.5 * torch.randn(p.shape, generator=gen)
+            elif "norm" in name and zero_centred and "linear_attn.norm" not in name:
+                v = 0.3 * torch.randn(p.shape, generator=gen)
+            elif "norm" in name:
                 v = 1.0 + 0.3 * torch.randn(p.shape, generator=gen)
             elif name.endswith("bias"):
                 v = 0.1 * torch.randn(p.shape, generator=gen)
@@ -141,6 +196,43 @@ def stack_experts(state):
     return out
 
 
+def wrap_multimodal(out_dir, text_config, state, gen):
+    """Rewrites a text-only checkpoint the way the hub ships Qwen3.5/3.6 (image-text-to-text):
+    config.json = {model_type: qwen3_5_moe, text_config: {...}, vision_config: {...}}, the
+    language model under model.language_model.*, plus vision (model.visual.*) and MTP (mtp.*)
+    tensors that a text-only engine skips. The text model's math is unchanged: for text-only
+    input the conditional-generation model runs exactly this language model."""
+    text = text_config.to_dict()
+    vision = dict(depth=1, hidden_size=16, intermediate_size=32, num_heads=2, patch_size=4,
+                  temporal_patch_size=2, spatial_merge_size=2, out_hidden_size=64,
+                  num_position_embeddings=16)
+    wrapped = None
+    try:
+        from transformers import Qwen3_5MoeConfig
+        wrapped = Qwen3_5MoeConfig(text_config=text, vision_config=vision,
+                                   tie_word_embeddings=False).to_dict()
+    except Exception as e:  # keep going with a hand-written wrapper
+        print("Qwen3_5MoeConfig(text_config=..., vision_config=...) failed:", repr(e))
+    if wrapped is None or "text_config" not in wrapped:
+        wrapped = {"architectures": ["Qwen3_5MoeForConditionalGeneration"],
+                   "model_type": "qwen3_5_moe", "text_config": text,
+                   "vision_config": dict(vision, model_type="qwen3_5_moe_vision"),
+                   "tie_word_embeddings": False}
+    wrapped["architectures"] = ["Qwen3_5MoeForConditionalGeneration"]
+    wrapped["transformers_version"] = transformers.__version__
+    with open(os.path.join(out_dir, "config.json"), "w") as f:
+        json.dump(wrapped, f, indent=2, sort_keys=True)
+    out = {}
+    for name, t in state.items():
+        out[("model.language_model." + name[len("model."):]) if name.startswith("model.")
+            else name] = t
+    h = text_config.hidden_size
+    out["model.visual.blocks.0.attn.qkv.weight"] = torch.randn(48, 16, generator=gen)
+    out["model.visual.merger.linear_fc2.weight"] = torch.randn(h, 64, generator=gen)
+    out["mtp.fc.weight"] = torch.randn(h, 2 * h, generator=gen)
+    return out
+
+
 def save_weights(state, out_dir, dtype, shards):
     state = {k: v.to(dtype).contiguous() for k, v in state.items()}
     names = sorted(state)
@@ -162,25 +254,41 @@ def save_weights(state, out_dir, dtype, shards):
 
 def write_fixture(out_root, spec, device, seed):
     name, model_cls, config_cls, kwargs, dtype, layout, shards = spec
+    prompt_len = kwargs.get("prompt_len", PROMPT_LEN)
     out_dir = os.path.join(out_root, name)
     os.makedirs(out_dir, exist_ok=True)
     gen = torch.Generator().manual_seed(seed)
     config = make_config(config_cls, kwargs)
     model = model_cls(config).eval()
-    randomize(model, gen, dtype)
+    randomize(model, gen, dtype, kwargs.get("zero_centred_norms", False))
     config.save_pretrained(out_dir)
     state = hub_state_dict(model, layout, config.model_type)
+    if kwargs.get("multimodal_wrapper"):
+        state = wrap_multimodal(out_dir, config, state, gen)
     save_weights(state, out_dir, dtype, shards)
 
     model = model.to(device)
-    prompt = torch.randint(3, config.vocab_size, (PROMPT_LEN,), generator=gen)
+    prompt = torch.randint(3, config.vocab_size, (prompt_len,), generator=gen)
     ids = prompt[None].to(device)
+    debug, hooks = {}, []
+    if kwargs.get("debug_dump"):  # per-layer mixer / MLP outputs of the prefill, for bisection
+        for mname, module in model.named_modules():
+            if re.search(r"layers\.\d+\.(linear_attn|self_attn|mlp)$", mname):
+                def hook(mod, inp, out, mname=mname):
+                    o = out[0] if isinstance(out, tuple) else out
+                    debug[mname] = o[0].detach().float().cpu().contiguous()
+                hooks.append(module.register_forward_hook(hook))
     with torch.no_grad():
         prefill = model(ids).logits[0].float().cpu()
+    for h in hooks:
+        h.remove()
+    if debug:
+        save_file(debug, os.path.join(out_root, f"{name}_debug.safetensors"))
+    with torch.no_grad():
         out = model.generate(ids, max_new_tokens=N_GREEDY, min_new_tokens=N_GREEDY,
                              do_sample=False, output_scores=True, return_dict_in_generate=True,
                              eos_token_id=None, pad_token_id=0)
-    greedy = out.sequences[0, PROMPT_LEN:].cpu()
+    greedy = out.sequences[0, prompt_len:].cpu()
     decode_logits = torch.stack([s[0].float().cpu() for s in out.scores])
     save_file({"prompt_ids": prompt.to(torch.int64), "prefill_logits": prefill.contiguous(),
                "greedy_ids": greedy.to(torch.int64), "decode_logits": decode_logits.contiguous()},
@@ -188,7 +296,8 @@ def write_fixture(out_root, spec, device, seed):
     meta = {"family": config.model_type, "torch": torch.__version__,
             "transformers": transformers.__version__, "stored_dtype": str(dtype),
             "expert_layout": layout, "shards": shards, "seed": seed, "device": device,
-            "prompt_len": PROMPT_LEN, "n_greedy": N_GREEDY,
+            "prompt_len": prompt_len, "n_greedy": N_GREEDY,
+            "config_class": config_cls.__name__, "model_class": model_cls.__name__,
             "weight_names": sorted(state)[:12] + ["..."]}
     with open(os.path.join(out_dir, "reference.json"), "w") as f:
         json.dump(meta, f, indent=2)
@@ -203,8 +312,20 @@ def main():
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     print("torch", torch.__version__, "transformers", transformers.__version__, "device", device)
+    only = sys.argv[sys.argv.index("--only") + 1].split(",") if "--only" in sys.argv else None
+    failed = []
     for i, spec in enumerate(fixture_specs()):
-        write_fixture(out_root, spec, device, seed=1234 + i)
+        if only and spec[0] not in only:
+            continue
+        try:
+            write_fixture(out_root, spec, device, seed=1234 + i)
+        except Exception:  # report and continue with the other fixtures
+            import traceback
+            traceback.print_exc()
+            failed.append(spec[0])
+    if failed:
+        print("FAILED fixtures:", failed)
+        sys.exit(1)
 
 
 if __name__ == "__main__":
