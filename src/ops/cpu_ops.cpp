@@ -1,8 +1,10 @@
 // CPU implementation of ops.h over the ISA-dispatched kernel table.
 #include <algorithm>
+#include <tuple>
 #include <vector>
 
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/quant_kernels.h"
 #include "base/error.h"
 #include "base/half.h"
 #include "ops/ops.h"
@@ -17,9 +19,65 @@ int64_t row_block(int64_t rows, int64_t n, int threads) {
   return (b + 3) & ~int64_t{3};
 }
 
-void gemm_rows(const float* x, int64_t n, const TensorView& w, int64_t r0, int64_t r1, float* y) {
+// Int8 activations (quant_kernels.h) for block-quantized weights: quantized once per call,
+// before the row tasks, into per-thread buffers that only grow.
+struct QuantActs {
+  std::vector<int8_t> q;
+  std::vector<float> d, s;
+  std::vector<size_t> off;  // per problem: element offset into q (d, s at off / 16)
+
+  // Reserves space for each (x, n, w) problem with a block-quantized w, then quantizes.
+  template <class Get>
+  void prepare(ThreadPool& pool, size_t count, Get get) {
+    off.assign(count + 1, 0);
+    for (size_t p = 0; p < count; ++p) {
+      const auto [x, n, w] = get(p);
+      off[p + 1] = off[p] + (is_block_quant(*w) ? static_cast<size_t>(n * w->shape[1]) : 0);
+    }
+    if (off[count] == 0) return;
+    if (q.size() < off[count]) {
+      q.resize(off[count]);
+      d.resize(off[count] / 16);
+      s.resize(off[count] / 16);
+    }
+    pool.run(static_cast<int64_t>(count), 1, [&](int64_t p0, int64_t p1) {
+      for (int64_t p = p0; p < p1; ++p) {
+        const auto [x, n, w] = get(p);
+        if (!is_block_quant(*w)) continue;
+        const size_t o = off[p];
+        cpu::quantize_acts(x, n, w->shape[1], q.data() + o, d.data() + o / 16, s.data() + o / 16);
+      }
+    });
+  }
+  cpu::QActs at(size_t p) const {
+    const size_t o = off[p];
+    return {q.data() + o, d.data() + o / 16, s.data() + o / 16};
+  }
+  static bool is_block_quant(const TensorView& w) {
+    return dtype_is_quant(w.dtype) && w.dtype != DType::F8_E4M3_B128;
+  }
+};
+QuantActs& quant_acts() {
+  thread_local QuantActs a;
+  return a;
+}
+
+void gemm_rows(const float* x, const cpu::QActs& qx, int64_t n, const TensorView& w, int64_t r0,
+               int64_t r1, float* y) {
   const auto& k = cpu::kernels();
   const int64_t cols = w.shape[1], rows = w.shape[0];
+  if (dtype_is_quant(w.dtype)) {
+    const auto& qk = cpu::quant_kernels();
+    if (w.dtype == DType::F8_E4M3_B128) {
+      FT_CHECK(w.scale_inv, "matmul: {} is F8_E4M3_B128 without scale_inv", w.name);
+      qk.gemm_fp8(x, n, cols, w.as<uint8_t>(), w.scale_inv, r0, r1, y, rows);
+    } else {
+      const float post = w.dtype == DType::NVFP4 ? w.global_scale : 1.f;
+      qk.for_dtype(w.dtype)(qx, n, cols, w.as<uint8_t>(), dtype_row_bytes(w.dtype, cols), r0, r1,
+                            post, y, rows);
+    }
+    return;
+  }
   switch (w.dtype) {
     case DType::F32: k.gemm_f32(x, n, cols, w.as<float>(), r0, r1, y, rows); break;
     case DType::BF16:
@@ -38,10 +96,13 @@ void matmul(ThreadPool& pool, const float* x, int64_t n, const TensorView& w, fl
   FT_CHECK(w.ndim == 2, "matmul: {} must be 2-D", w.name);
   const int64_t rows = w.shape[0];
   const int64_t block = row_block(rows, n, pool.size());
+  QuantActs& qa = quant_acts();
+  qa.prepare(pool, 1, [&](size_t) { return std::tuple{x, n, &w}; });
+  const cpu::QActs qx = qa.at(0);
   pool.run((rows + block - 1) / block, 1, [&](int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1; ++b) {
       int64_t r0 = b * block, r1 = std::min(rows, r0 + block);
-      gemm_rows(x, n, w, r0, r1, y);
+      gemm_rows(x, qx, n, w, r0, r1, y);
       if (bias)
         for (int64_t t = 0; t < n; ++t)
           for (int64_t r = r0; r < r1; ++r) y[t * rows + r] += bias[r];
@@ -62,11 +123,14 @@ void matmul_grouped(ThreadPool& pool, std::span<const GemmProblem> problems) {
     for (int64_t r = 0; r < rows; r += block)
       tasks.push_back({static_cast<int32_t>(p), r, std::min(rows, r + block)});
   }
+  QuantActs& qa = quant_acts();
+  qa.prepare(pool, problems.size(),
+             [&](size_t p) { return std::tuple{problems[p].x, problems[p].n, problems[p].w}; });
   pool.run(static_cast<int64_t>(tasks.size()), 1, [&](int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1; ++b) {
       const Task& t = tasks[b];
       const GemmProblem& p = problems[t.problem];
-      gemm_rows(p.x, p.n, *p.w, t.r0, t.r1, p.y);
+      gemm_rows(p.x, qa.at(t.problem), p.n, *p.w, t.r0, t.r1, p.y);
     }
   });
 }

@@ -1,0 +1,81 @@
+// AVX2 quant kernels: quant_simd.h instantiated with 16-bit multiply-add group dots
+// (vpmaddubsw when the codes fit 7 bits, so pairs cannot saturate; widened vpmaddwd otherwise).
+// Compiled with -mavx2 -mfma -mf16c; selected only when the CPU has them.
+#include <immintrin.h>
+
+#include "backend/cpu/quant_simd.h"
+
+namespace ft::cpu {
+
+namespace {
+struct Avx2Q {
+  // 32 codes x 32 activations (groups g, g+1) -> 8 int32 lanes: 0-3 group g, 4-7 group g+1.
+  template <int MaxU>
+  static __m256i pair(const uint8_t* u, const int8_t* q) {
+    const __m256i uv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(u));
+    const __m256i qv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q));
+    if constexpr (MaxU <= 127) {
+      return _mm256_madd_epi16(_mm256_maddubs_epi16(uv, qv), _mm256_set1_epi16(1));
+    } else {  // widen: group g from the low 16 bytes, g+1 from the high; fold 8 lanes to 4
+      const __m256i p0 = _mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm256_castsi256_si128(uv)),
+                                           _mm256_cvtepi8_epi16(_mm256_castsi256_si128(qv)));
+      const __m256i p1 = _mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm256_extracti128_si256(uv, 1)),
+                                           _mm256_cvtepi8_epi16(_mm256_extracti128_si256(qv, 1)));
+      // hadd within 128-bit lanes: [p0 0+1, 2+3, p1 0+1, 2+3 | p0 4+5, 6+7, p1 4+5, 6+7]
+      const __m256i h = _mm256_hadd_epi32(p0, p1);
+      // reorder to [p0 a, p0 b, p0 c, p0 d, p1 a, p1 b, p1 c, p1 d]
+      return _mm256_permutevar8x32_epi32(h, _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7));
+    }
+  }
+  template <int MaxU>
+  static float dot_groups(const uint8_t* u, const int8_t* q, const float* d, const float* dx,
+                          int64_t ng) {
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    int64_t g = 0;
+    for (; g + 8 <= ng; g += 8) {
+      const __m256 s = _mm256_mul_ps(_mm256_loadu_ps(d + g), _mm256_loadu_ps(dx + g));
+      for (int c = 0; c < 4; c += 2) {
+        const __m256 s0 = _mm256_permutevar8x32_ps(
+            s, _mm256_setr_epi32(2 * c, 2 * c, 2 * c, 2 * c, 2 * c + 1, 2 * c + 1, 2 * c + 1, 2 * c + 1));
+        const __m256 s1 = _mm256_permutevar8x32_ps(
+            s, _mm256_setr_epi32(2 * c + 2, 2 * c + 2, 2 * c + 2, 2 * c + 2, 2 * c + 3, 2 * c + 3,
+                                 2 * c + 3, 2 * c + 3));
+        acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(pair<MaxU>(u + 16 * g + 32 * c, q + 16 * g + 32 * c)), s0, acc0);
+        acc1 = _mm256_fmadd_ps(
+            _mm256_cvtepi32_ps(pair<MaxU>(u + 16 * g + 32 * c + 32, q + 16 * g + 32 * c + 32)), s1, acc1);
+      }
+    }
+    const __m256 a = _mm256_add_ps(acc0, acc1);
+    __m128 r4 = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    r4 = _mm_add_ps(r4, _mm_movehl_ps(r4, r4));
+    r4 = _mm_add_ss(r4, _mm_movehdup_ps(r4));
+    float r = _mm_cvtss_f32(r4);
+    for (; g < ng; ++g) {
+      int32_t s = 0;
+      for (int i = 0; i < 16; ++i) s += static_cast<int32_t>(u[16 * g + i]) * q[16 * g + i];
+      r += d[g] * dx[g] * static_cast<float>(s);
+    }
+    return r;
+  }
+  static float dot_f32(const float* a, const float* b, int64_t n) {
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+      acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
+      acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), acc1);
+    }
+    const __m256 s = _mm256_add_ps(acc0, acc1);
+    __m128 r4 = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
+    r4 = _mm_add_ps(r4, _mm_movehl_ps(r4, r4));
+    r4 = _mm_add_ss(r4, _mm_movehdup_ps(r4));
+    float r = _mm_cvtss_f32(r4);
+    for (; i < n; ++i) r += a[i] * b[i];
+    return r;
+  }
+};
+const QuantKernels k_avx2q = qsimd::make_quant_kernels<Avx2Q>("avx2");
+}  // namespace
+
+const QuantKernels* avx2_quant_kernels() { return &k_avx2q; }
+
+}  // namespace ft::cpu

@@ -1,0 +1,62 @@
+// AVX-512 + VNNI quant kernels: quant_simd.h instantiated with vpdpbusd group dots.
+// Compiled with -mavx512f -mavx512bw -mavx512vl -mavx512vnni; selected only when the CPU has them.
+#include <immintrin.h>
+
+#include "backend/cpu/quant_simd.h"
+
+namespace ft::cpu {
+
+namespace {
+struct Avx512Q {
+  // 64 codes x 64 activations -> 16 int32 lanes (4 per group of 16), scaled per group.
+  static __m512 chunk(const uint8_t* u, const int8_t* q, __m512 scale, __m512 acc) {
+    const __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_loadu_si512(u),
+                                          _mm512_loadu_si512(q));
+    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), scale, acc);
+  }
+  template <int MaxU>
+  static float dot_groups(const uint8_t* u, const int8_t* q, const float* d, const float* dx,
+                          int64_t ng) {
+    // lane j of a 64-byte chunk belongs to group j / 4: spread 4 group scales over 16 lanes
+    const __m512i lo = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
+    const __m512i hi = _mm512_add_epi32(lo, _mm512_set1_epi32(4));
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+    int64_t g = 0;
+    for (; g + 8 <= ng; g += 8) {
+      const __m512 s = _mm512_castps256_ps512(
+          _mm256_mul_ps(_mm256_loadu_ps(d + g), _mm256_loadu_ps(dx + g)));
+      acc0 = chunk(u + 16 * g, q + 16 * g, _mm512_permutexvar_ps(lo, s), acc0);
+      acc1 = chunk(u + 16 * g + 64, q + 16 * g + 64, _mm512_permutexvar_ps(hi, s), acc1);
+    }
+    for (; g + 4 <= ng; g += 4) {
+      const __m512 s = _mm512_castps128_ps512(_mm_mul_ps(_mm_loadu_ps(d + g), _mm_loadu_ps(dx + g)));
+      acc0 = chunk(u + 16 * g, q + 16 * g, _mm512_permutexvar_ps(lo, s), acc0);
+    }
+    float r = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+    for (; g < ng; ++g) {
+      int32_t s = 0;
+      for (int i = 0; i < 16; ++i) s += static_cast<int32_t>(u[16 * g + i]) * q[16 * g + i];
+      r += d[g] * dx[g] * static_cast<float>(s);
+    }
+    return r;
+  }
+  static float dot_f32(const float* a, const float* b, int64_t n) {
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+      acc0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), acc0);
+      acc1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 16), _mm512_loadu_ps(b + i + 16), acc1);
+    }
+    for (; i < n; i += 16) {
+      const __mmask16 m = n - i >= 16 ? 0xffff : static_cast<__mmask16>((1u << (n - i)) - 1);
+      acc0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i), acc0);
+    }
+    return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+  }
+};
+const QuantKernels k_avx512q = qsimd::make_quant_kernels<Avx512Q>("avx512");
+}  // namespace
+
+const QuantKernels* avx512_quant_kernels() { return &k_avx512q; }
+
+}  // namespace ft::cpu

@@ -1,0 +1,76 @@
+// Quantized GEMV/GEMM written once over a format traits type F (quant/formats.h) and an ISA
+// traits type Q (kernels_quant_{scalar,avx2,avx512}.cpp). Q provides:
+//   template <int MaxU> float dot_groups(const uint8_t* u, const int8_t* q, const float* d,
+//                                        const float* dx, int64_t ng)
+//       = sum over groups g < ng of d[g] * dx[g] * sum_{i<16} u[16g + i] * q[16g + i]
+//     (MaxU bounds u, so an ISA may use 8-bit multiplies when the products cannot saturate);
+//   float dot_f32(const float* a, const float* b, int64_t n).
+// Include only from a translation unit compiled for Q's instruction set.
+#pragma once
+#include <cstdint>
+
+#include "backend/cpu/quant_kernels.h"
+#include "quant/formats.h"
+
+namespace ft::cpu {
+
+// Per-thread row scratch for decoded weights: k bytes of codes then 2 * k/16 floats. Grows
+// on first use at a new size; never shrinks.
+uint8_t* quant_row_scratch(int64_t k);
+// e4m3 code -> f32, the 256-entry table the FP8 kernels decode through.
+const float* e4m3_table();
+
+namespace qsimd {
+
+// One weight row decoded to codes u [k] and per-group d, m [k/16], then dotted with each
+// token: the decode is paid once per row and reused by every token of the batch.
+template <class Q, class F>
+void gemm(const QActs& x, int64_t n, int64_t k, const uint8_t* w, size_t row_bytes, int64_t r0,
+          int64_t r1, float post, float* y, int64_t ldy) {
+  const int64_t ng = k / 16, nb = k / F::kElems;
+  uint8_t* u = quant_row_scratch(k);
+  float* d = reinterpret_cast<float*>(u + k);
+  float* m = d + ng;
+  for (int64_t r = r0; r < r1; ++r) {
+    const auto* blk = reinterpret_cast<const typename F::Block*>(w + r * row_bytes);
+    for (int64_t b = 0; b < nb; ++b)
+      F::decode(blk[b], u + b * F::kElems, d + b * (F::kElems / 16), m + b * (F::kElems / 16));
+    for (int64_t t = 0; t < n; ++t) {
+      const float dot = Q::template dot_groups<F::kMaxU>(u, x.q + t * k, d, x.d + t * ng, ng);
+      y[t * ldy + r] = post * (dot + Q::dot_f32(m, x.s + t * ng, ng));
+    }
+  }
+}
+
+template <class Q>
+void gemm_fp8(const float* x, int64_t n, int64_t k, const uint8_t* w, const float* scale_inv,
+              int64_t r0, int64_t r1, float* y, int64_t ldy) {
+  const int64_t sc = (k + 127) / 128;
+  const float* lut = e4m3_table();
+  float* f = reinterpret_cast<float*>(quant_row_scratch(4 * k));
+  for (int64_t r = r0; r < r1; ++r) {
+    const uint8_t* q = w + r * k;
+    const float* s = scale_inv + (r / 128) * sc;
+    for (int64_t c0 = 0; c0 < k; c0 += 128) {
+      const int64_t c1 = c0 + 128 < k ? c0 + 128 : k;
+      const float bs = s[c0 / 128];
+      for (int64_t c = c0; c < c1; ++c) f[c] = lut[q[c]] * bs;
+    }
+    for (int64_t t = 0; t < n; ++t) y[t * ldy + r] = Q::dot_f32(f, x + t * k, k);
+  }
+}
+
+template <class Q>
+QuantKernels make_quant_kernels(const char* isa) {
+  using namespace ft::quant;
+  return QuantKernels{
+      .isa = isa,
+      .gemm = {gemm<Q, Q4_0>, gemm<Q, Q4_1>, gemm<Q, Q8_0>, gemm<Q, Q2_K>, gemm<Q, Q3_K>,
+               gemm<Q, Q4_K>, gemm<Q, Q5_K>, gemm<Q, Q6_K>, gemm<Q, IQ4_NL>, gemm<Q, IQ4_XS>,
+               gemm<Q, MXFP4>, gemm<Q, NVFP4>},
+      .gemm_fp8 = gemm_fp8<Q>,
+  };
+}
+
+}  // namespace qsimd
+}  // namespace ft::cpu
