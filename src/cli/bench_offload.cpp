@@ -3,7 +3,9 @@
 // 16, 24 GiB and all-resident): decode and prefill tokens/s, hit rate and bytes fetched, beside
 // the bound from the bandwidths measured in the same run:
 //   decode  t >= bytes read from VRAM / B_vram + bytes fetched / B_pcie
+//           (HYBRID rows: + max(fetched / B_pcie, CPU expert bytes / B_cpu) instead)
 //   prefill tok/s <= chunk * B_pcie / bytes of all experts (every chunk streams every layer).
+// Prompts whose KV cache does not fit a budget beside the minimum expert pool are marked so.
 #include "cli/bench_offload.h"
 
 #include <fmt/format.h>
@@ -15,8 +17,10 @@
 #include <random>
 #include <thread>
 
+#include "backend/cpu/thread_pool.h"
 #include "backend/cuda/cuda_ops.h"
 #include "base/error.h"
+#include "ops/ops.h"
 #include "engine/sampler.h"
 #include "base/timer.h"
 #include "cache/memory_plan.h"
@@ -30,9 +34,11 @@ struct OffloadBenchOptions {
   std::vector<std::string> budgets = {"8GiB", "16GiB", "24GiB", "all"};
   int64_t layers = 48, experts = 128, top_k = 8, hidden = 2048, expert_dim = 768, heads = 32,
           kv_heads = 4, head_dim = 128, vocab = 151936;
-  std::vector<int64_t> prompts = {512, 4096};
+  std::vector<int64_t> prompts = {512, 4096, 16384};
+  std::vector<std::string> hybrid_budgets = {"8GiB"};
   int64_t decode = 64, decode_prompt = 16, chunk = 4096;
   int threads = 0;
+  bool graphs = true;
   std::string out;
 };
 
@@ -70,36 +76,75 @@ double vram_bandwidth() {
   return best;
 }
 
+// CPU expert bandwidth: ops::matmul of one token through 16 different bf16 expert matrices
+// on a thread pool of all cores, best of 3 (bytes/s), as the HYBRID split's B_cpu.
+double cpu_bandwidth(const HostExperts& host, int threads) {
+  ThreadPool pool(threads, false);
+  const int64_t I = host.inter, H = host.hidden;
+  std::vector<float> x(H, 0.01f), y(16 * I);
+  std::vector<TensorView> views(16);
+  std::vector<ops::GemmProblem> problems;
+  for (int j = 0; j < 16; ++j) {
+    TensorView& t = views[j];
+    t.dtype = host.dtype, t.ndim = 2, t.shape = {I, H, 1, 1}, t.name = "expert";
+    t.data = host.gate(0) + (j % host.n_experts) * host.expert_matrix_bytes();
+    problems.push_back({x.data(), 1, &views[j], y.data() + j * I});
+  }
+  double best = 0;
+  for (int rep = 0; rep < 3; ++rep) {
+    Timer t;
+    ops::matmul_grouped(pool, problems);
+    best = std::max(best, 16.0 * host.expert_matrix_bytes() / t.seconds());
+  }
+  return best;
+}
+
 struct Row {
-  std::string budget, refused;
+  std::string budget, refused, mode = "offload";
   int64_t slots = 0;
-  double used_gib = 0, decode_tps = 0, decode_bound = 0, hit_rate = 0, fetched_mb = 0;
-  std::vector<double> prefill_tps, prefill_bound;
+  double used_gib = 0, decode_tps = 0, decode_bound = 0, hit_rate = 0, fetched_mb = 0,
+         cpu_mb = 0;
+  // Per prompt: tok/s (< 0: KV does not fit), bound (0: all resident), streamed GB.
+  std::vector<double> prefill_tps, prefill_bound, prefill_gb;
 };
 
 Row run_budget(const OffloadBenchOptions& o, const Model& model, const HostExperts& host,
-               const std::string& budget, double b_pcie, double b_vram) {
+               const std::string& budget, double b_pcie, double b_vram, double b_cpu,
+               MoeMode mode) {
   const ModelConfig& c = model.config();
   Row row;
   row.budget = budget;
+  row.mode = mode == MoeMode::HYBRID ? "hybrid" : "offload";
   size_t free0 = 0, total = 0;
   cuda::memory_info(&free0, &total);
-  const int64_t capacity =
-      *std::max_element(o.prompts.begin(), o.prompts.end()) + o.decode_prompt + o.decode + 8;
   const int64_t all = host.moe_layers * host.n_experts;
-  MemoryRequest req = cuda_offload_request(model, host, capacity, o.chunk,
-                                           budget == "all" ? free0 : parse_size(budget));
-  if (budget == "all") req.slots_override = all;
+  const bool decode_only = mode == MoeMode::HYBRID;
+  // The largest prompt whose KV fits beside the minimum expert pool decides the capacity.
+  std::vector<int64_t> prompts = decode_only ? std::vector<int64_t>{} : o.prompts;
+  std::sort(prompts.rbegin(), prompts.rend());
   MemoryPlan plan;
-  try {
-    plan = plan_memory(req);
-  } catch (const Error& e) {
-    row.refused = e.what();
-    return row;
+  int64_t capacity = 0, fit = 0;
+  for (size_t i = 0; i <= prompts.size(); ++i) {
+    const int64_t longest = i < prompts.size() ? prompts[i] : 0;
+    capacity = longest + o.decode_prompt + o.decode + 8;
+    MemoryRequest req = cuda_offload_request(model, host, capacity, o.chunk,
+                                             budget == "all" ? free0 : parse_size(budget));
+    if (budget == "all") req.slots_override = all;
+    try {
+      plan = plan_memory(req);
+      fit = longest;
+      row.refused.clear();
+      break;
+    } catch (const Error& e) {
+      row.refused = e.what();
+    }
   }
+  if (!row.refused.empty()) return row;
   row.slots = plan.expert_slots;
-  CudaTransformer tf(model, capacity, o.chunk, {.experts = &host, .slots = plan.expert_slots});
-  const GpuExpertStore& store = *tf.expert_store();
+  CudaOffload off{.experts = &host, .slots = plan.expert_slots, .mode = mode};
+  if (mode == MoeMode::HYBRID) off.pcie_Bps = b_pcie, off.cpu_Bps = b_cpu;
+  CudaTransformer tf(model, capacity, o.chunk, off);
+  tf.set_graphs(o.graphs);
   std::mt19937 rng(7);
   auto random_ids = [&](int64_t n) {
     std::vector<int32_t> ids(n);
@@ -107,7 +152,8 @@ Row run_budget(const OffloadBenchOptions& o, const Model& model, const HostExper
     return ids;
   };
   std::vector<float> logits(c.vocab_size);
-  // Decode: a short prompt, 4 warm-up steps, then the measured steps.
+  // Decode: a short prompt, 4 warm-up steps (the first captures the graph), then the measured
+  // steps.
   const auto prompt = random_ids(o.decode_prompt);
   tf.forward(prompt.data(), o.decode_prompt, 0, logits.data(), false);
   int32_t next = argmax(logits.data(), static_cast<int64_t>(logits.size()));
@@ -116,42 +162,58 @@ Row run_budget(const OffloadBenchOptions& o, const Model& model, const HostExper
     tf.forward(&next, 1, pos, logits.data(), false);
     next = argmax(logits.data(), static_cast<int64_t>(logits.size()));
   }
-  const ExpertCacheStats c0 = store.cache_stats();
-  const size_t f0 = store.stats().fetched_bytes;
+  const CudaRuntimeStats s0 = tf.runtime_stats();
   Timer t;
   for (int64_t i = 0; i < o.decode; ++i, ++pos) {
     tf.forward(&next, 1, pos, logits.data(), false);
     next = argmax(logits.data(), static_cast<int64_t>(logits.size()));
   }
   const double decode_s = t.seconds();
-  const ExpertCacheStats& c1 = store.cache_stats();
-  const double fetched = static_cast<double>(store.stats().fetched_bytes - f0) / o.decode;
+  const CudaRuntimeStats s1 = tf.runtime_stats();
+  const double fetched = static_cast<double>(s1.fetched_bytes - s0.fetched_bytes) / o.decode;
+  const double cpu_bytes =
+      static_cast<double>(s1.cpu_experts - s0.cpu_experts) * host.expert_bytes() / o.decode;
   row.decode_tps = o.decode / decode_s;
-  row.hit_rate = store.all_resident() ? 1.0
-                 : c1.lookups > c0.lookups
-                     ? static_cast<double>(c1.hits - c0.hits) / (c1.lookups - c0.lookups)
-                     : 0.0;
+  const int64_t lookups = (s1.hits - s0.hits) + (s1.misses - s0.misses);
+  row.hit_rate = tf.expert_store()->all_resident() ? 1.0
+                 : lookups > 0 ? static_cast<double>(s1.hits - s0.hits) / lookups
+                               : 0.0;
   row.fetched_mb = fetched / 1e6;
+  row.cpu_mb = cpu_bytes / 1e6;
   // Bytes one decode token reads from VRAM: attention and router of every layer, top_k experts
   // per MoE layer, the lm_head (bf16 matrices).
   const double attn = 2.0 * (2 * c.q_dim() * c.hidden + 2 * c.kv_dim() * c.hidden);
   const double vram_bytes = c.n_layers * (attn + 2.0 * c.n_experts * c.hidden) +
                             host.moe_layers * c.top_k * double(host.expert_bytes()) +
                             2.0 * c.vocab_size * c.hidden;
-  row.decode_bound = 1.0 / (vram_bytes / b_vram + fetched / b_pcie);
+  const double miss_s = mode == MoeMode::HYBRID ? std::max(fetched / b_pcie, cpu_bytes / b_cpu)
+                                                : fetched / b_pcie;
+  row.decode_bound = 1.0 / (vram_bytes / b_vram + miss_s);
   // Prefill: fresh prompts at position 0 (the KV cache is overwritten). With experts streamed,
   // compute and copy overlap, so the rate is also capped by the all-resident rate.
   const double pool = static_cast<double>(all) * host.expert_bytes();
   for (int64_t p : o.prompts) {
+    if (decode_only) break;
+    if (p > fit) {
+      row.prefill_tps.push_back(-1), row.prefill_bound.push_back(0), row.prefill_gb.push_back(0);
+      continue;
+    }
     const auto ids = random_ids(p);
-    double best = 0;
-    for (int rep = 0; rep < 2; ++rep) {  // best of 2: the first pays cuBLAS's shape heuristics
+    double best = 0, gb = 0;
+    // Best of 2 for prompts of one chunk (the first pays cuBLAS's shape heuristics); longer
+    // prompts reuse the chunk's shapes.
+    for (int rep = 0; rep < (p > o.chunk ? 1 : 2); ++rep) {
+      const size_t st0 = tf.runtime_stats().streamed_bytes;
       Timer tp;
       tf.forward(ids.data(), p, 0, logits.data(), false);
       best = std::max(best, p / tp.seconds());
+      gb = (tf.runtime_stats().streamed_bytes - st0) / 1e9;
     }
     row.prefill_tps.push_back(best);
-    row.prefill_bound.push_back(store.all_resident() ? 0.0 : std::min(p, o.chunk) * b_pcie / pool);
+    row.prefill_bound.push_back(tf.expert_store()->all_resident()
+                                    ? 0.0
+                                    : std::min(p, o.chunk) * b_pcie / pool);
+    row.prefill_gb.push_back(gb);
   }
   size_t free1 = 0;
   cuda::memory_info(&free1, &total);
@@ -161,31 +223,35 @@ Row run_budget(const OffloadBenchOptions& o, const Model& model, const HostExper
 
 std::string table(const OffloadBenchOptions& o, const std::vector<Row>& rows, int64_t all) {
   std::string s =
-      "| budget | expert slots | VRAM used | decode tok/s | decode bound | ratio | "
-      "hit rate | fetched MB/token |";
-  std::string sep = "|---|---|---|---|---|---|---|---|";
-  for (int64_t p : o.prompts) {
-    s += fmt::format(" prefill {} tok/s | bound | ratio |", p);
-    sep += "---|---|---|";
-  }
-  s += "\n" + sep + "\n";
+      "| budget | mode | expert slots | VRAM used | decode tok/s | decode bound | ratio | "
+      "hit rate | fetched MB/token | CPU MB/token |\n|---|---|---|---|---|---|---|---|---|---|\n";
   for (const Row& r : rows) {
     if (!r.refused.empty()) {
-      s += fmt::format("| {} | refused: {} |\n", r.budget, r.refused);
+      s += fmt::format("| {} | {} | refused: {} |\n", r.budget, r.mode, r.refused);
       continue;
     }
-    s +=
-        fmt::format("| {} | {} of {} | {:.2f} GiB | {:.2f} | {:.2f} | {:.0f}% | {:.1f}% | {:.1f} |",
-                    r.budget, r.slots, all, r.used_gib, r.decode_tps, r.decode_bound,
-                    100 * r.decode_tps / r.decode_bound, 100 * r.hit_rate, r.fetched_mb);
+    s += fmt::format(
+        "| {} | {} | {} of {} | {:.2f} GiB | {:.2f} | {:.2f} | {:.0f}% | {:.1f}% | {:.1f} | "
+        "{:.1f} |\n",
+        r.budget, r.mode, r.slots, all, r.used_gib, r.decode_tps, r.decode_bound,
+        100 * r.decode_tps / r.decode_bound, 100 * r.hit_rate, r.fetched_mb, r.cpu_mb);
+  }
+  s += "\n| budget | prompt | prefill tok/s | bound (PCIe) | ratio | streamed GB |\n"
+       "|---|---|---|---|---|---|\n";
+  for (const Row& r : rows) {
+    if (!r.refused.empty() || r.prefill_tps.empty()) continue;
     for (size_t i = 0; i < r.prefill_tps.size(); ++i) {
-      if (r.prefill_bound[i] > 0)
-        s += fmt::format(" {:.0f} | {:.0f} | {:.0f}% |", r.prefill_tps[i], r.prefill_bound[i],
-                         100 * r.prefill_tps[i] / r.prefill_bound[i]);
+      const int64_t p = o.prompts[i];
+      if (r.prefill_tps[i] < 0)
+        s += fmt::format("| {} | {} | KV does not fit | - | - | - |\n", r.budget, p);
+      else if (r.prefill_bound[i] > 0)
+        s += fmt::format("| {} | {} | {:.0f} | {:.0f} | {:.0f}% | {:.1f} |\n", r.budget, p,
+                         r.prefill_tps[i], r.prefill_bound[i],
+                         100 * r.prefill_tps[i] / r.prefill_bound[i], r.prefill_gb[i]);
       else
-        s += fmt::format(" {:.0f} | (no PCIe) | - |", r.prefill_tps[i]);
+        s += fmt::format("| {} | {} | {:.0f} | (no PCIe) | - | 0 |\n", r.budget, p,
+                         r.prefill_tps[i]);
     }
-    s += "\n";
   }
   return s;
 }
@@ -216,24 +282,31 @@ void run_bench_offload(const OffloadBenchOptions& o) {
   const double b_pcie =
       pcie_bandwidth(host.gate(0), std::min<size_t>(host.matrix_bytes() * 3, size_t{1} << 30));
   const double b_vram = vram_bandwidth();
+  const bool hybrid = std::any_of(o.hybrid_budgets.begin(), o.hybrid_budgets.end(),
+                                  [](const std::string& b) { return b != "none"; });
+  const double b_cpu = hybrid ? cpu_bandwidth(host, threads) : 0.0;
   std::printf(
       "B_pcie (pinned H2D, 1 GiB copies) %.1f GB/s; B_vram (D2D copy, read+write) %.0f "
-      "GB/s; prefill chunk %lld tokens\n",
-      b_pcie / 1e9, b_vram / 1e9, (long long)o.chunk);
+      "GB/s; B_cpu (bf16 expert GEMV, %d threads) %.1f GB/s; prefill chunk %lld tokens\n",
+      b_pcie / 1e9, b_vram / 1e9, threads, b_cpu / 1e9, (long long)o.chunk);
   std::vector<Row> rows;
-  for (const std::string& b : o.budgets) {
+  auto run = [&](const std::string& b, MoeMode mode) {
     Timer tr;
-    rows.push_back(run_budget(o, *model, host, b, b_pcie, b_vram));
-    std::printf("budget %s done in %.1f s%s\n", b.c_str(), tr.seconds(),
-                rows.back().refused.empty() ? "" : " (refused)");
+    rows.push_back(run_budget(o, *model, host, b, b_pcie, b_vram, b_cpu, mode));
+    std::printf("budget %s %s done in %.1f s%s\n", b.c_str(), rows.back().mode.c_str(),
+                tr.seconds(), rows.back().refused.empty() ? "" : " (refused)");
     std::fflush(stdout);
-  }
+  };
+  for (const std::string& b : o.budgets)
+    if (b != "none") run(b, MoeMode::OFFLOAD);
+  for (const std::string& b : o.hybrid_budgets)
+    if (b != "none") run(b, MoeMode::HYBRID);
   const std::string t = table(o, rows, host.moe_layers * host.n_experts);
   std::printf("\n%s", t.c_str());
   if (!o.out.empty()) {
     std::ofstream f(o.out);
-    f << fmt::format("B_pcie {:.1f} GB/s, B_vram {:.0f} GB/s, chunk {}\n\n", b_pcie / 1e9,
-                     b_vram / 1e9, o.chunk)
+    f << fmt::format("B_pcie {:.1f} GB/s, B_vram {:.0f} GB/s, B_cpu {:.1f} GB/s, chunk {}\n\n",
+                     b_pcie / 1e9, b_vram / 1e9, b_cpu / 1e9, o.chunk)
       << t;
   }
 }
@@ -248,9 +321,12 @@ void declare_bench_offload(CLI::App& cmd) {
   cmd.add_option("--expert-dim", o->expert_dim, "Expert width")->check(CLI::PositiveNumber);
   cmd.add_option("--vocab", o->vocab, "Vocabulary size")->check(CLI::PositiveNumber);
   cmd.add_option("--prompts", o->prompts, "Prefill prompt lengths");
+  cmd.add_option("--hybrid-budgets", o->hybrid_budgets,
+                 "Budgets also run in HYBRID mode (decode; misses split PCIe/CPU; none: no rows)");
   cmd.add_option("--decode", o->decode, "Measured decode steps")->check(CLI::PositiveNumber);
   cmd.add_option("--chunk", o->chunk, "Prefill chunk (tokens per pass)")
       ->check(CLI::PositiveNumber);
+  cmd.add_option("--graphs", o->graphs, "Replay decode steps as CUDA graphs (false: launch ops)");
   cmd.add_option("--threads", o->threads, "Host threads building the experts (0: all cores)");
   cmd.add_option("--out", o->out, "Also write the markdown table to this file");
   cmd.callback([o] {

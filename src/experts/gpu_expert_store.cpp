@@ -100,7 +100,7 @@ HostExperts HostExperts::synthetic(const ModelConfig& c, uint64_t seed, int thre
   return h;
 }
 
-GpuExpertStore::GpuExpertStore(const HostExperts& host, int64_t slots)
+GpuExpertStore::GpuExpertStore(const HostExperts& host, int64_t slots, bool device_cache)
     : host_(host),
       slots_(slots),
       all_resident_(slots == host.moe_layers * host.n_experts),
@@ -108,7 +108,8 @@ GpuExpertStore::GpuExpertStore(const HostExperts& host, int64_t slots)
       up_(slots * host.expert_matrix_bytes()),
       down_(slots * host.expert_matrix_bytes()),
       cache_(host.n_layers, host.n_experts, slots),
-      moe_index_(host.n_layers, -1) {
+      moe_index_(host.n_layers, -1),
+      device_cache_(device_cache && slots < host.moe_layers * host.n_experts) {
   FT_CHECK(slots <= host.moe_layers * host.n_experts, "{} slots for {} experts", slots,
            host.moe_layers * host.n_experts);
   int64_t idx = 0;
@@ -119,6 +120,79 @@ GpuExpertStore::GpuExpertStore(const HostExperts& host, int64_t slots)
       if (host.has_layer(l)) copy_layer(l, moe_index_[l] * host.n_experts);
     copy_.synchronize();
   }
+  if (device_cache_) {
+    const int64_t ids = host.n_layers * host.n_experts;
+    d_slot_for_id_ = cuda::DeviceBuffer(ids * sizeof(int32_t));
+    d_id_of_slot_ = cuda::DeviceBuffer(slots * sizeof(int32_t));
+    d_usage_ = cuda::DeviceBuffer(slots * sizeof(int64_t));
+    d_recency_ = cuda::DeviceBuffer(ids * sizeof(int64_t));
+    d_counters_ = cuda::DeviceBuffer(cuda::k_slot_counters * sizeof(int64_t));
+    d_fetch_ = cuda::DeviceBuffer(256 * sizeof(int32_t));
+    d_fetch_slot_ = cuda::DeviceBuffer(256 * sizeof(int32_t));
+    d_n_fetch_ = cuda::DeviceBuffer(sizeof(int32_t));
+    cuda::memset_async(d_recency_.data(), 0, d_recency_.bytes());
+    cuda::memset_async(d_counters_.data(), 0, d_counters_.bytes());
+    cuda::slot_cache_reset(device_state(), ids);
+    cuda::stream_synchronize();
+    dev_base_.resize(host.n_layers, nullptr);
+    for (int64_t l = 0; l < host.n_layers; ++l)
+      if (host.has_layer(l)) dev_base_[l] = host.device_base(l);
+  }
+}
+
+cuda::SlotCacheState GpuExpertStore::device_state() const {
+  return {.slot_for_id = d_slot_for_id_.as<int32_t>(),
+          .id_of_slot = d_id_of_slot_.as<int32_t>(),
+          .usage = d_usage_.as<int64_t>(),
+          .recency = d_recency_.as<int64_t>(),
+          .counters = d_counters_.as<int64_t>(),
+          .n_experts = host_.n_experts,
+          .slots = slots_};
+}
+
+void GpuExpertStore::ensure_device(int64_t l, const int32_t* ids, int64_t count,
+                                   int32_t* slot_ids) {
+  FT_CHECK(device_cache_ && moe_index_[l] >= 0, "ensure_device: layer {}", l);
+  cuda::slot_cache_ensure({.s = device_state(),
+                           .layer = l,
+                           .ids = ids,
+                           .count = count,
+                           .slot_ids = slot_ids,
+                           .fetch = d_fetch_.as<int32_t>(),
+                           .fetch_slot = d_fetch_slot_.as<int32_t>(),
+                           .n_fetch = d_n_fetch_.as<int32_t>()});
+  const size_t mb = host_.matrix_bytes();
+  cuda::fetch_experts({.gate_src = dev_base_[l],
+                       .up_src = dev_base_[l] + mb,
+                       .down_src = dev_base_[l] + 2 * mb,
+                       .gate_dst = gate_.as<char>(),
+                       .up_dst = up_.as<char>(),
+                       .down_dst = down_.as<char>(),
+                       .matrix_bytes = host_.expert_matrix_bytes(),
+                       .fetch = d_fetch_.as<int32_t>(),
+                       .fetch_slot = d_fetch_slot_.as<int32_t>(),
+                       .n_fetch = d_n_fetch_.as<int32_t>()});
+}
+
+ExpertCacheStats GpuExpertStore::cache_stats() const {
+  if (!device_cache_) return cache_.stats();
+  int64_t c[cuda::k_slot_counters];
+  cuda::copy_to_host(c, d_counters_.data(), sizeof(c));
+  ExpertCacheStats s = cache_.stats();
+  s.lookups += c[cuda::SC_LOOKUPS], s.hits += c[cuda::SC_HITS], s.misses += c[cuda::SC_MISSES];
+  s.evictions += c[cuda::SC_EVICTIONS];
+  return s;
+}
+
+ExpertStoreStats GpuExpertStore::stats() const {
+  ExpertStoreStats s = stats_;
+  if (device_cache_) {
+    int64_t c[cuda::k_slot_counters];
+    cuda::copy_to_host(c, d_counters_.data(), sizeof(c));
+    s.fetched_experts += c[cuda::SC_FETCHED];
+    s.fetched_bytes += c[cuda::SC_FETCHED] * host_.expert_bytes();
+  }
+  return s;
 }
 
 cuda::DeviceExperts GpuExpertStore::view(int64_t first, int64_t count) const {
@@ -151,14 +225,24 @@ void GpuExpertStore::copy_layer(int64_t l, int64_t first) {
   copy_.copy_to_device(down_.as<char>() + off, host_.down(l), bytes);
 }
 
-void GpuExpertStore::ensure(int64_t l, const int32_t* ids, int64_t count, int32_t* slot_ids) {
-  FT_CHECK(!all_resident_ && moe_index_[l] >= 0, "ensure: layer {}", l);
+int64_t GpuExpertStore::count_misses(int64_t l, const int32_t* ids, int64_t count) {
   distinct_.clear();
   for (int64_t i = 0; i < count; ++i)
     if (std::find(distinct_.begin(), distinct_.end(), ids[i]) == distinct_.end())
       distinct_.push_back(ids[i]);
-  const EnsurePlan plan = cache_.ensure(l, distinct_);
-  FT_CHECK(plan.cpu.empty(), "ensure: {} experts left to the CPU", plan.cpu.size());
+  int64_t m = 0;
+  for (int32_t e : distinct_) m += cache_.slot_of(l, e) < 0;
+  return m;
+}
+
+int64_t GpuExpertStore::ensure(int64_t l, const int32_t* ids, int64_t count, int32_t* slot_ids,
+                               int64_t max_fetch) {
+  FT_CHECK(!all_resident_ && !device_cache_ && moe_index_[l] >= 0, "ensure: layer {}", l);
+  distinct_.clear();
+  for (int64_t i = 0; i < count; ++i)
+    if (std::find(distinct_.begin(), distinct_.end(), ids[i]) == distinct_.end())
+      distinct_.push_back(ids[i]);
+  const EnsurePlan plan = cache_.ensure(l, distinct_, max_fetch);
   for (size_t f = 0; f < plan.fetch.size(); ++f) copy_expert(l, plan.fetch[f], plan.fetch_slot[f]);
   if (!plan.fetch.empty()) {
     copy_.record(copied_[0]);
@@ -170,6 +254,7 @@ void GpuExpertStore::ensure(int64_t l, const int32_t* ids, int64_t count, int32_
     const size_t d = std::find(distinct_.begin(), distinct_.end(), ids[i]) - distinct_.begin();
     slot_ids[i] = plan.slot_of[d];
   }
+  return static_cast<int64_t>(plan.cpu.size());
 }
 
 void GpuExpertStore::issue_stream_copy(size_t i) {
@@ -184,6 +269,7 @@ void GpuExpertStore::issue_stream_copy(size_t i) {
 void GpuExpertStore::stream_begin(const std::vector<int64_t>& order) {
   FT_CHECK(!all_resident_, "stream_begin with every expert resident");
   cache_.reset();
+  if (device_cache_) cuda::slot_cache_reset(device_state(), host_.n_layers * host_.n_experts);
   // The first copies overwrite slots that kernels issued before this pass may still read.
   cuda::record_on_default(consumed_[0]);
   copy_.wait(consumed_[0]);

@@ -26,6 +26,10 @@ class HostExperts {
   const char* gate(int64_t l) const { return base(l); }
   const char* up(int64_t l) const { return base(l) + matrix_bytes(); }
   const char* down(int64_t l) const { return base(l) + 2 * matrix_bytes(); }
+  // The pinned block of layer l as a device pointer (mapped memory, read by fetch kernels).
+  const char* device_base(int64_t l) const {
+    return static_cast<const char*>(layers_[l].device_data());
+  }
   size_t matrix_bytes() const {
     return n_experts * inter * hidden * dtype_size(dtype);
   }  // one stack
@@ -50,12 +54,19 @@ struct ExpertStoreStats {
 // The device side: `slots` expert slots (gate/up/down pools as one stack of `slots` experts),
 // and a copy stream. Three modes, by slot count:
 //   all resident (slots == moe_layers * E): every expert uploaded once; layer views, no syncs;
-//   decode (ensure): misses fetched into LRU slots, the compute stream waits on an event;
+//   decode: misses fetched into LRU slots, either with the bookkeeping on the device
+//   (ensure_device: the ExpertCache policy as a kernel, misses copied by a kernel reading
+//   mapped host memory; no host round trip, graph-capturable) or on the host (ensure: the
+//   ids come back, misses go on the copy stream, the compute stream waits on an event; it can
+//   leave some misses to the CPU);
 //   prefill streaming: whole layers into slots [0, E) and [E, 2E) (double-buffered when
 //   slots >= 2E, else one buffer), the next layer's copy overlapping this layer's compute.
+// One store uses one bookkeeping side (device_cache at construction).
 class GpuExpertStore {
  public:
-  GpuExpertStore(const HostExperts& host, int64_t slots);
+  GpuExpertStore(const HostExperts& host, int64_t slots, bool device_cache = false);
+  bool device_cache() const { return device_cache_; }
+  const HostExperts* host() const { return &host_; }
 
   bool all_resident() const { return all_resident_; }
   bool double_buffered() const { return slots_ >= 2 * host_.n_experts; }
@@ -65,11 +76,20 @@ class GpuExpertStore {
   // The whole pool as one stack of `slots` experts (slot ids index it).
   cuda::DeviceExperts pool() const { return view(0, slots_); }
 
-  // Decode: ids [count] (host, any order, repeats allowed) of layer l -> slot ids [count].
-  // Misses are copied on the copy stream; the default stream waits for them before anything
-  // issued after this call. Call only when no kernel issued earlier may still read a slot
-  // that this step evicts (the caller has synchronised with the default stream).
-  void ensure(int64_t l, const int32_t* ids, int64_t count, int32_t* slot_ids);
+  // Decode, host bookkeeping: ids [count] (host, any order, repeats allowed) of layer l ->
+  // slot ids [count]. Of the m missed experts the first max_fetch (all when < 0) are copied
+  // on the copy stream (the current stream waits for them before anything issued after this
+  // call); the rest get slot -1 (the caller computes them elsewhere). Returns how many
+  // distinct experts were left out. Call only when no kernel issued earlier may still read a
+  // slot that this step evicts (the caller has synchronised with the current stream).
+  int64_t ensure(int64_t l, const int32_t* ids, int64_t count, int32_t* slot_ids,
+                 int64_t max_fetch = -1);
+  // Distinct experts of ids [count] (host) that layer l misses now (host bookkeeping).
+  int64_t count_misses(int64_t l, const int32_t* ids, int64_t count);
+  // Decode, device bookkeeping: ids [count] (device) of layer l -> slot ids [count] (device);
+  // misses are fetched by a kernel, all on the current stream (stream order protects slots
+  // that earlier kernels still read).
+  void ensure_device(int64_t l, const int32_t* ids, int64_t count, int32_t* slot_ids);
 
   // Prefill streaming over the MoE layers `order` (ascending): begin issues the first copies;
   // acquire(l) makes the default stream wait for layer l and returns its view (ids index it);
@@ -79,8 +99,9 @@ class GpuExpertStore {
   cuda::DeviceExperts stream_acquire(int64_t l);
   void stream_release(int64_t l);
 
-  const ExpertCacheStats& cache_stats() const { return cache_.stats(); }
-  const ExpertStoreStats& stats() const { return stats_; }
+  // Cumulative (device counters are read back: a synchronising copy).
+  ExpertCacheStats cache_stats() const;
+  ExpertStoreStats stats() const;
 
  private:
   cuda::DeviceExperts view(int64_t first_slot, int64_t count) const;
@@ -100,6 +121,12 @@ class GpuExpertStore {
   size_t next_ = 0;                      // streaming: index of the layer to acquire next
   ExpertStoreStats stats_;
   std::vector<int32_t> distinct_;  // decode scratch
+  // Device bookkeeping (cuda::SlotCacheState) and the per-layer miss list.
+  bool device_cache_;
+  cuda::DeviceBuffer d_slot_for_id_, d_id_of_slot_, d_usage_, d_recency_, d_counters_;
+  cuda::DeviceBuffer d_fetch_, d_fetch_slot_, d_n_fetch_;
+  std::vector<const char*> dev_base_;  // [n_layers] mapped host blocks
+  cuda::SlotCacheState device_state() const;
 };
 
 }  // namespace ft

@@ -1,12 +1,21 @@
 // CudaTransformer: embed -> [attention block, FFN block] x layers -> norm -> lm_head on the GPU,
-// mirroring model/transformer.cpp op for op.
+// mirroring model/transformer.cpp op for op. Small passes (decode) use fused ops and replay a
+// captured CUDA graph; large passes (prefill) use cuBLAS and stream offloaded experts.
 #include "model/cuda_transformer.h"
 
 #include <algorithm>
 #include <cmath>
+#include <condition_variable>
+#include <cstring>
+#include <functional>
+#include <mutex>
+#include <thread>
 
+#include "backend/cpu/thread_pool.h"
 #include "base/error.h"
+#include "base/timer.h"
 #include "experts/gpu_expert_store.h"
+#include "ops/ops.h"
 
 namespace ft {
 
@@ -43,7 +52,7 @@ size_t resident_bytes(const ModelWeights& w) {
 }  // namespace
 
 MemoryRequest cuda_offload_request(const Model& model, const HostExperts& experts, int64_t capacity,
-                                   int64_t max_chunk, size_t budget) {
+                                   int64_t max_chunk, size_t budget, int max_seqs) {
   const ModelConfig& c = model.config();
   const int64_t T = max_chunk, H = c.hidden, I = experts.inter, k = c.top_k, f = 4;
   const int64_t widest = std::max({H, c.q_dim(), c.ffn_dim, I});
@@ -57,6 +66,8 @@ MemoryRequest cuda_offload_request(const Model& model, const HostExperts& expert
   scratch +=
       f * cuda::k_gemv_max_tokens * k * (2 * H + 2 * I) + 4 * experts.moe_layers * c.n_experts;
   scratch += f * capacity * rot;  // cos/sin
+  // Device expert-cache state (per expert id: slot + recency; per slot: id + usage).
+  scratch += 24 * c.n_layers * c.n_experts + 12 * experts.moe_layers * c.n_experts;
   // cuBLAS workspaces and allocation rounding: measured ~10 MB beyond the terms above on an
   // H200 (bench offload reports the VRAM it used beside the budget); 160 MB of headroom.
   scratch += size_t{160} << 20;
@@ -64,22 +75,72 @@ MemoryRequest cuda_offload_request(const Model& model, const HostExperts& expert
           .resident_weights = resident_bytes(model.weights()),
           .scratch = scratch,
           .kv_bytes_per_token = static_cast<size_t>(2 * c.n_layers * c.kv_dim() * f),
-          .kv_reserve_tokens = capacity,
+          .kv_reserve_tokens = capacity * std::max(1, max_seqs),
           .expert_bytes = experts.expert_bytes(),
           .moe_layers = experts.moe_layers,
           .experts = experts.n_experts};
 }
 
+// HYBRID: a worker thread running one CPU expert job at a time on a thread pool, and the host
+// copies of a layer's inputs.
+struct CudaTransformer::Hybrid {
+  explicit Hybrid(int threads) : pool(threads, false) {
+    worker = std::thread([this] {
+      std::unique_lock<std::mutex> lock(m);
+      for (;;) {
+        cv.wait(lock, [&] { return quit || static_cast<bool>(job); });
+        if (quit) return;
+        auto j = std::move(job);
+        job = nullptr;
+        lock.unlock();
+        j();
+        lock.lock();
+        busy = false;
+        cv.notify_all();
+      }
+    });
+  }
+  ~Hybrid() {
+    {
+      std::lock_guard<std::mutex> lock(m);
+      quit = true;
+    }
+    cv.notify_all();
+    worker.join();
+  }
+  void post(std::function<void()> f) {
+    std::lock_guard<std::mutex> lock(m);
+    job = std::move(f);
+    busy = true;
+    cv.notify_all();
+  }
+  void wait() {
+    std::unique_lock<std::mutex> lock(m);
+    cv.wait(lock, [&] { return !busy; });
+  }
+
+  ThreadPool pool;
+  std::thread worker;
+  std::mutex m;
+  std::condition_variable cv;
+  std::function<void()> job;
+  bool busy = false, quit = false;
+  std::vector<float> x, w, out, g, u, d;  // [n, H], [n, k], [n, H], per CPU item [I|I|H]
+  std::vector<TensorView> views;          // per CPU item: gate, up, down
+  std::vector<int64_t> items;             // slots t * top_k + k computed on the CPU
+};
+
 CudaTransformer::~CudaTransformer() = default;
 
 CudaTransformer::CudaTransformer(const Model& model, int64_t capacity, int64_t max_chunk,
-                                 const CudaOffload& offload)
+                                 const CudaOffload& offload, int max_seqs)
     : model_(model),
       c_(model.config()),
       capacity_(capacity),
       max_chunk_(max_chunk),
+      max_seqs_(max_seqs),
       rope_(c_.rope, c_.head_dim) {
-  FT_CHECK(capacity > 0 && max_chunk > 0, "CudaTransformer: bad sizes");
+  FT_CHECK(capacity > 0 && max_chunk > 0 && max_seqs > 0, "CudaTransformer: bad sizes");
   if (cuda::device_count() == 0) fail("no CUDA device: run on the CPU backend instead");
   const auto& w = model.weights();
   const HostExperts* host = offload.experts;
@@ -90,6 +151,8 @@ CudaTransformer::CudaTransformer(const Model& model, int64_t capacity, int64_t m
     for (int64_t l = 0; l < c_.n_layers; ++l)
       FT_CHECK(host->has_layer(l) == bool(c_.layer_is_moe[l]), "offload: layer {}", l);
   }
+  mode_ = offload.mode;
+  hybrid_f_ = offload.pcie_Bps / std::max(1.0, offload.pcie_Bps + offload.cpu_Bps);
   const int64_t inter = host ? host->inter : c_.expert_dim;
   embed_ = upload(w.embed);
   lm_head_ = upload(w.lm_head);
@@ -116,14 +179,23 @@ CudaTransformer::CudaTransformer(const Model& model, int64_t capacity, int64_t m
   if (c_.n_experts > 0)
     moe_ = std::make_unique<cuda::MoeWorkspace>(T, c_.top_k, c_.n_experts, H, inter);
   if (host) {
-    store_ = std::make_unique<GpuExpertStore>(*host, offload.slots);
+    store_ = std::make_unique<GpuExpertStore>(*host, offload.slots, mode_ == MoeMode::OFFLOAD);
     if (!store_->all_resident())
       moe_pool_ = std::make_unique<cuda::MoeWorkspace>(cuda::k_gemv_max_tokens, c_.top_k,
                                                        offload.slots, H, inter);
     slot_ids_ = cuda::DeviceBuffer(cuda::k_gemv_max_tokens * c_.top_k * sizeof(int32_t));
+    if (!store_->all_resident() && mode_ == MoeMode::HYBRID) {
+      capturable_ = false;
+      const int threads =
+          offload.cpu_threads > 0
+              ? offload.cpu_threads
+              : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+      hybrid_ = std::make_unique<Hybrid>(threads);
+    }
   }
-  kv_k_ = floats(c_.n_layers * capacity * kvd);
-  kv_v_ = floats(c_.n_layers * capacity * kvd);
+  seq_stride_ = c_.n_layers * capacity * kvd;
+  kv_k_ = floats(max_seqs * seq_stride_);
+  kv_v_ = floats(max_seqs * seq_stride_);
   std::vector<float> cs, sn;
   rope_tables(rope_, capacity, cs, sn);
   cos_ = floats(static_cast<int64_t>(cs.size()));
@@ -131,6 +203,9 @@ CudaTransformer::CudaTransformer(const Model& model, int64_t capacity, int64_t m
   cos_.upload(cs.data(), cs.size() * sizeof(float));
   sin_.upload(sn.data(), sn.size() * sizeof(float));
   ids_ = cuda::DeviceBuffer(T * sizeof(int32_t));
+  pos_ = cuda::DeviceBuffer(T * sizeof(int32_t));
+  seq_ = cuda::DeviceBuffer(T * sizeof(int32_t));
+  staging_ = cuda::PinnedBuffer(3 * T * sizeof(int32_t));
   x_ = floats(T * H), xn_ = floats(T * H), tmp_ = floats(T * H);
   q_ = floats(T * c_.q_dim()), att_ = floats(T * c_.q_dim());
   k_ = floats(T * kvd), v_ = floats(T * kvd);
@@ -143,6 +218,8 @@ CudaTransformer::CudaTransformer(const Model& model, int64_t capacity, int64_t m
   }
   logit_rows_ = std::min(T, k_logit_rows);
   logits_ = floats(logit_rows_ * c_.vocab_size);
+  logits_host_ = cuda::PinnedBuffer(std::min(T, cuda::k_gemv_max_tokens) * c_.vocab_size *
+                                    sizeof(float));
 }
 
 cuda::DeviceMatrix CudaTransformer::upload(const TensorView& t) {
@@ -191,11 +268,23 @@ cuda::DeviceExperts CudaTransformer::upload_experts(const std::vector<ExpertWeig
   return d;
 }
 
-float* CudaTransformer::k_cache(int64_t l) const {
-  return kv_k_.as<float>() + l * capacity_ * c_.kv_dim();
+float* CudaTransformer::k_cache(int64_t seq, int64_t l) const {
+  return kv_k_.as<float>() + seq * seq_stride_ + l * capacity_ * c_.kv_dim();
 }
-float* CudaTransformer::v_cache(int64_t l) const {
-  return kv_v_.as<float>() + l * capacity_ * c_.kv_dim();
+float* CudaTransformer::v_cache(int64_t seq, int64_t l) const {
+  return kv_v_.as<float>() + seq * seq_stride_ + l * capacity_ * c_.kv_dim();
+}
+
+CudaRuntimeStats CudaTransformer::runtime_stats() const {
+  CudaRuntimeStats s = rt_;
+  if (store_) {
+    const ExpertCacheStats c = store_->cache_stats();
+    const ExpertStoreStats e = store_->stats();
+    s.hits = c.hits, s.misses = c.misses;
+    s.fetched_experts = e.fetched_experts;
+    s.fetched_bytes = e.fetched_bytes, s.streamed_bytes = e.streamed_bytes;
+  }
+  return s;
 }
 
 void CudaTransformer::forward(const int32_t* ids, int64_t n, int64_t pos0, float* logits,
@@ -206,30 +295,109 @@ void CudaTransformer::forward(const int32_t* ids, int64_t n, int64_t pos0, float
   for (int64_t i = 0; i < n; ++i)
     if (ids[i] < 0 || ids[i] >= c_.vocab_size)
       fail("token id {} is out of range [0, {})", ids[i], c_.vocab_size);
-  const int64_t H = c_.hidden, V = c_.vocab_size;
-  float* x = x_.as<float>();
-  float* xn = xn_.as<float>();
-  float* lg = logits_.as<float>();
+  ++rt_.steps;
   for (int64_t s = 0; s < n; s += max_chunk_) {
     const int64_t m = std::min(max_chunk_, n - s);
-    cuda::copy_to_device(ids_.data(), ids + s, m * sizeof(int32_t));
-    run_layers(m, pos0 + s);
-    if (all_logits) {
-      cuda::rmsnorm(x, m, H, final_norm_, c_.rms_eps, xn);
-      for (int64_t r = 0; r < m; r += logit_rows_) {
-        const int64_t rows = std::min(logit_rows_, m - r);
-        cuda::matmul(*blas_, xn + r * H, rows, lm_head_, lg);
-        cuda::copy_to_host(logits + (s + r) * V, lg, rows * V * sizeof(float));
-      }
-    } else if (s + m == n) {
-      cuda::rmsnorm(x + (m - 1) * H, 1, H, final_norm_, c_.rms_eps, xn);
-      cuda::matmul(*blas_, xn, 1, lm_head_, lg);
-      cuda::copy_to_host(logits, lg, V * sizeof(float));
-    }
+    const CudaSeqStep step{.seq = 0,
+                           .ids = ids + s,
+                           .n = m,
+                           .pos0 = pos0 + s,
+                           .logits = !all_logits && s + m == n ? logits : nullptr};
+    pass({&step, 1}, m, all_logits ? logits + s * c_.vocab_size : nullptr);
   }
 }
 
-void CudaTransformer::run_layers(int64_t n, int64_t pos0) {
+void CudaTransformer::forward_batch(std::span<const CudaSeqStep> steps) {
+  if (steps.empty()) fail("forward_batch: no steps");
+  int64_t total = 0;
+  std::vector<char> seen(max_seqs_, 0);
+  for (const CudaSeqStep& st : steps) {
+    if (st.seq < 0 || st.seq >= max_seqs_)
+      fail("sequence {} is out of range [0, {})", st.seq, max_seqs_);
+    if (seen[st.seq]) fail("sequence {} appears twice in one batch", st.seq);
+    seen[st.seq] = 1;
+    if (st.n <= 0) fail("forward_batch: sequence {} has no tokens", st.seq);
+    if (st.pos0 < 0 || st.pos0 + st.n > capacity_)
+      fail("sequence of {} tokens exceeds the context size {}", st.pos0 + st.n, capacity_);
+    for (int64_t i = 0; i < st.n; ++i)
+      if (st.ids[i] < 0 || st.ids[i] >= c_.vocab_size)
+        fail("token id {} is out of range [0, {})", st.ids[i], c_.vocab_size);
+    total += st.n;
+  }
+  if (total > max_chunk_)
+    fail("forward_batch: {} tokens exceed the pass size {}", total, max_chunk_);
+  ++rt_.steps;
+  pass(steps, total, nullptr);
+}
+
+void CudaTransformer::pass(std::span<const CudaSeqStep> steps, int64_t n, float* logits_all) {
+  cuda::StreamScope scope(stream_);
+  const int64_t H = c_.hidden, V = c_.vocab_size, T = max_chunk_;
+  cuda::stream_synchronize();  // the previous pass no longer reads the staging buffer
+  auto* st = static_cast<int32_t*>(staging_.data());
+  int64_t t = 0;
+  for (const CudaSeqStep& s : steps)
+    for (int64_t i = 0; i < s.n; ++i, ++t) {
+      st[t] = s.ids[i];
+      st[T + t] = static_cast<int32_t>(s.pos0 + i);
+      st[2 * T + t] = s.seq;
+    }
+  cuda::copy_to_device_async(ids_.data(), st, n * sizeof(int32_t));
+  cuda::copy_to_device_async(pos_.data(), st + T, n * sizeof(int32_t));
+  cuda::copy_to_device_async(seq_.data(), st + 2 * T, n * sizeof(int32_t));
+  float* x = x_.as<float>();
+  float* xn = xn_.as<float>();
+  float* lg = logits_.as<float>();
+  if (n <= cuda::k_gemv_max_tokens) {
+    if (graphs_on_ && capturable_) {
+      auto& g = graphs_[n];
+      if (!g) {
+        g = std::make_unique<cuda::Graph>();
+        g->capture_begin();
+        run_layers(steps, n);
+        all_logits(n);
+        g->capture_end();
+      }
+      g->launch();
+    } else {
+      run_layers(steps, n);
+      all_logits(n);
+    }
+    auto* host = static_cast<float*>(logits_host_.data());
+    cuda::copy_to_host(host, lg, n * V * sizeof(float));
+    if (logits_all) std::memcpy(logits_all, host, n * V * sizeof(float));
+    int64_t off = 0;
+    for (const CudaSeqStep& s : steps) {
+      off += s.n;
+      if (s.logits) std::memcpy(s.logits, host + (off - 1) * V, V * sizeof(float));
+    }
+    return;
+  }
+  run_layers(steps, n);
+  if (logits_all) {
+    cuda::rmsnorm(x, n, H, final_norm_, c_.rms_eps, xn);
+    for (int64_t r = 0; r < n; r += logit_rows_) {
+      const int64_t rows = std::min(logit_rows_, n - r);
+      cuda::matmul(*blas_, xn + r * H, rows, lm_head_, lg);
+      cuda::copy_to_host(logits_all + r * V, lg, rows * V * sizeof(float));
+    }
+  }
+  int64_t off = 0;
+  for (const CudaSeqStep& s : steps) {
+    off += s.n;
+    if (!s.logits) continue;
+    cuda::rmsnorm(x + (off - 1) * H, 1, H, final_norm_, c_.rms_eps, xn);
+    cuda::matmul(*blas_, xn, 1, lm_head_, lg);
+    cuda::copy_to_host(s.logits, lg, V * sizeof(float));
+  }
+}
+
+void CudaTransformer::all_logits(int64_t n) {
+  cuda::rmsnorm(x_.as<float>(), n, c_.hidden, final_norm_, c_.rms_eps, xn_.as<float>());
+  cuda::matmul(*blas_, xn_.as<float>(), n, lm_head_, logits_.as<float>());
+}
+
+void CudaTransformer::run_layers(std::span<const CudaSeqStep> steps, int64_t n) {
   cuda::embed(embed_, ids_.as<int32_t>(), n, x_.as<float>());
   // Offloaded prefill streams every MoE layer's experts (the next layer's copy overlaps this
   // layer's compute); decode-sized passes go through the slot cache instead.
@@ -241,24 +409,29 @@ void CudaTransformer::run_layers(int64_t n, int64_t pos0) {
     store_->stream_begin(order);
   }
   for (int64_t l = 0; l < c_.n_layers; ++l) {
-    attention_block(l, n, pos0);
+    attention_block(l, steps, n);
     ffn_block(l, n);
   }
 }
 
-void CudaTransformer::attention_block(int64_t l, int64_t n, int64_t pos0) {
+void CudaTransformer::attention_block(int64_t l, std::span<const CudaSeqStep> steps, int64_t n) {
   const Layer& L = layers_[l];
   const int64_t H = c_.hidden, qd = c_.q_dim(), kvd = c_.kv_dim(), hd = c_.head_dim;
+  const bool small = n <= cuda::k_gemv_max_tokens;
   float *x = x_.as<float>(), *xn = xn_.as<float>(), *q = q_.as<float>(), *k = k_.as<float>(),
-        *v = v_.as<float>();
+        *v = v_.as<float>(), *att = att_.as<float>();
   cuda::rmsnorm(x, n, H, L.attn_norm, c_.rms_eps, xn);
-  cuda::matmul(*blas_, xn, n, L.q, q, L.q_bias);
-  cuda::matmul(*blas_, xn, n, L.k, k, L.k_bias);
-  cuda::matmul(*blas_, xn, n, L.v, v, L.v_bias);
-  if (c_.qk_norm == QkNorm::PER_HEAD) {
-    cuda::rmsnorm(q, n * c_.n_heads, hd, L.q_norm, c_.rms_eps, q);
-    cuda::rmsnorm(k, n * c_.n_kv_heads, hd, L.k_norm, c_.rms_eps, k);
-  } else if (c_.qk_norm == QkNorm::FULL) {
+  if (small) {
+    const cuda::GemvOut qkv[3] = {{.w = L.q, .y = q, .bias = L.q_bias},
+                                  {.w = L.k, .y = k, .bias = L.k_bias},
+                                  {.w = L.v, .y = v, .bias = L.v_bias}};
+    cuda::gemv_multi(xn, n, qkv, 3);
+  } else {
+    cuda::matmul(*blas_, xn, n, L.q, q, L.q_bias);
+    cuda::matmul(*blas_, xn, n, L.k, k, L.k_bias);
+    cuda::matmul(*blas_, xn, n, L.v, v, L.v_bias);
+  }
+  if (c_.qk_norm == QkNorm::FULL) {
     cuda::rmsnorm(q, n, qd, L.q_norm, c_.rms_eps, q);
     cuda::rmsnorm(k, n, kvd, L.k_norm, c_.rms_eps, k);
   }
@@ -267,30 +440,61 @@ void CudaTransformer::attention_block(int64_t l, int64_t n, int64_t pos0) {
     cuda::clamp(k, n * kvd, c_.clip_qkv);
     cuda::clamp(v, n * kvd, c_.clip_qkv);
   }
-  const int64_t rot = static_cast<int64_t>(rope_.inv_freq().size()) * 2;
-  for (auto [p, heads] : {std::pair{q, c_.n_heads}, std::pair{k, c_.n_kv_heads}})
-    cuda::rope({.x = p,
-                .n = n,
-                .n_heads = heads,
-                .head_dim = hd,
-                .rot_dim = rot,
-                .pos0 = pos0,
-                .interleaved = c_.rope.interleaved,
-                .cos = cos_.as<float>(),
-                .sin = sin_.as<float>()});
-  cuda::copy_on_device(k_cache(l) + pos0 * kvd, k, n * kvd * sizeof(float));
-  cuda::copy_on_device(v_cache(l) + pos0 * kvd, v, n * kvd * sizeof(float));
-  cuda::attention({.q = q,
-                   .n_tokens = n,
-                   .pos0 = pos0,
-                   .k_cache = k_cache(l),
-                   .v_cache = v_cache(l),
-                   .n_heads = c_.n_heads,
-                   .n_kv_heads = c_.n_kv_heads,
-                   .head_dim = hd,
-                   .scale = 1.f / std::sqrt(static_cast<float>(hd)),
-                   .out = att_.as<float>()});
-  cuda::matmul(*blas_, att_.as<float>(), n, L.o, tmp_.as<float>(), L.o_bias);
+  const bool per_head = c_.qk_norm == QkNorm::PER_HEAD;
+  cuda::qk_rope_store({.q = q,
+                       .k = k,
+                       .v = v,
+                       .n = n,
+                       .n_heads = c_.n_heads,
+                       .n_kv_heads = c_.n_kv_heads,
+                       .head_dim = hd,
+                       .rot_dim = static_cast<int64_t>(rope_.inv_freq().size()) * 2,
+                       .interleaved = c_.rope.interleaved,
+                       .cos = cos_.as<float>(),
+                       .sin = sin_.as<float>(),
+                       .q_norm = per_head ? L.q_norm : nullptr,
+                       .k_norm = per_head ? L.k_norm : nullptr,
+                       .eps = c_.rms_eps,
+                       .pos = pos_.as<int32_t>(),
+                       .seq = seq_.as<int32_t>(),
+                       .seq_stride = seq_stride_,
+                       .k_cache = k_cache(0, l),
+                       .v_cache = v_cache(0, l)});
+  const float scale = 1.f / std::sqrt(static_cast<float>(hd));
+  if (small) {
+    cuda::attention({.q = q,
+                     .n_tokens = n,
+                     .pos0 = 0,
+                     .k_cache = k_cache(0, l),
+                     .v_cache = v_cache(0, l),
+                     .n_heads = c_.n_heads,
+                     .n_kv_heads = c_.n_kv_heads,
+                     .head_dim = hd,
+                     .scale = scale,
+                     .out = att,
+                     .kernel = cuda::AttentionKernel::PER_TOKEN,
+                     .pos = pos_.as<int32_t>(),
+                     .seq = seq_.as<int32_t>(),
+                     .seq_stride = seq_stride_});
+    const cuda::GemvOut o{.w = L.o, .y = x, .bias = L.o_bias, .accumulate = true};
+    cuda::gemv_multi(att, n, &o, 1);
+    return;
+  }
+  int64_t off = 0;
+  for (const CudaSeqStep& s : steps) {
+    cuda::attention({.q = q + off * qd,
+                     .n_tokens = s.n,
+                     .pos0 = s.pos0,
+                     .k_cache = k_cache(s.seq, l),
+                     .v_cache = v_cache(s.seq, l),
+                     .n_heads = c_.n_heads,
+                     .n_kv_heads = c_.n_kv_heads,
+                     .head_dim = hd,
+                     .scale = scale,
+                     .out = att + off * qd});
+    off += s.n;
+  }
+  cuda::matmul(*blas_, att, n, L.o, tmp_.as<float>(), L.o_bias);
   cuda::add_inplace(x, tmp_.as<float>(), n * H);
 }
 
@@ -299,21 +503,26 @@ void CudaTransformer::ffn_block(int64_t l, int64_t n) {
   const int64_t H = c_.hidden;
   float *x = x_.as<float>(), *xn = xn_.as<float>(), *tmp = tmp_.as<float>();
   cuda::rmsnorm(x, n, H, L.ffn_norm, c_.rms_eps, xn);
-  if (c_.layer_is_moe[l]) {
-    moe_block(l, n);
-  } else {
-    float *g = gate_.as<float>(), *u = up_.as<float>();
-    cuda::matmul(*blas_, xn, n, L.gate, g);
-    cuda::matmul(*blas_, xn, n, L.up, u);
+  if (c_.layer_is_moe[l]) return moe_block(l, n);  // adds into x
+  float *g = gate_.as<float>(), *u = up_.as<float>();
+  if (n <= cuda::k_gemv_max_tokens) {
+    const cuda::GemvOut gu[2] = {{.w = L.gate, .y = g}, {.w = L.up, .y = u}};
+    cuda::gemv_multi(xn, n, gu, 2);
     cuda::silu_mul(g, u, n * c_.ffn_dim, g);
-    cuda::matmul(*blas_, g, n, L.down, tmp);
+    const cuda::GemvOut d{.w = L.down, .y = x, .accumulate = true};
+    cuda::gemv_multi(g, n, &d, 1);
+    return;
   }
+  cuda::matmul(*blas_, xn, n, L.gate, g);
+  cuda::matmul(*blas_, xn, n, L.up, u);
+  cuda::silu_mul(g, u, n * c_.ffn_dim, g);
+  cuda::matmul(*blas_, g, n, L.down, tmp);
   cuda::add_inplace(x, tmp, n * H);
 }
 
-// Router -> top-k -> experts into tmp_. Offloaded: all resident (a layer view of the pool),
-// streaming (wait for the layer's copy, free its buffer after), or decode through the cache
-// (the step's ids to the host, ensure, slot ids back, wait for the fetches).
+// Router -> top-k -> experts added into x_. Offloaded: all resident (a layer view of the pool),
+// streaming (wait for the layer's copy, free its buffer after), decode through the device
+// cache (bookkeeping and fetch kernels), or HYBRID (host bookkeeping, CPU share).
 void CudaTransformer::moe_block(int64_t l, int64_t n) {
   const Layer& L = layers_[l];
   int32_t* ids = route_ids_.as<int32_t>();
@@ -325,7 +534,8 @@ void CudaTransformer::moe_block(int64_t l, int64_t n) {
                   .ids = ids,
                   .weights = route_w_.as<float>(),
                   .top_k = c_.top_k,
-                  .out = tmp_.as<float>()};
+                  .out = x_.as<float>(),
+                  .accumulate = true};
   if (!store_) {
     cuda::moe_experts(*blas_, L.experts, a, *moe_);
   } else if (store_->all_resident()) {
@@ -333,16 +543,85 @@ void CudaTransformer::moe_block(int64_t l, int64_t n) {
   } else if (streaming_) {
     cuda::moe_experts(*blas_, store_->stream_acquire(l), a, *moe_);
     store_->stream_release(l);
-  } else {
-    const int64_t count = n * c_.top_k;
-    host_ids_.resize(count);
-    host_slots_.resize(count);
-    // Synchronous: also guarantees no earlier kernel still reads a slot this step evicts.
-    cuda::copy_to_host(host_ids_.data(), ids, count * sizeof(int32_t));
-    store_->ensure(l, host_ids_.data(), count, host_slots_.data());
-    cuda::copy_to_device(slot_ids_.data(), host_slots_.data(), count * sizeof(int32_t));
+  } else if (store_->device_cache()) {
+    store_->ensure_device(l, ids, n * c_.top_k, slot_ids_.as<int32_t>());
     a.ids = slot_ids_.as<int32_t>();
     cuda::moe_experts(*blas_, store_->pool(), a, *moe_pool_);
+  } else {
+    moe_hybrid(l, n, a);
+  }
+}
+
+// HYBRID decode of one MoE layer: the routed ids come back; of the misses the q* share is
+// fetched, the rest goes to the CPU job (started before the GPU work is issued); the GPU
+// computes hits + fetched experts into x, then the CPU's partial sum is added.
+void CudaTransformer::moe_hybrid(int64_t l, int64_t n, cuda::MoeArgs a) {
+  Hybrid& hy = *hybrid_;
+  const int64_t k = c_.top_k, count = n * k, H = c_.hidden;
+  const HostExperts& host = *store_->host();
+  const int64_t I = host.inter;
+  Timer tf;
+  host_ids_.resize(count);
+  host_slots_.resize(count);
+  hy.x.resize(n * H);
+  hy.w.resize(count);
+  // Synchronous: also guarantees no earlier kernel still reads a slot this step evicts.
+  cuda::copy_to_host(host_ids_.data(), a.ids, count * sizeof(int32_t));
+  cuda::copy_to_host(hy.x.data(), a.x, n * H * sizeof(float));
+  cuda::copy_to_host(hy.w.data(), a.weights, count * sizeof(float));
+  const int64_t misses = store_->count_misses(l, host_ids_.data(), count);
+  const int64_t fetch = hybrid_fetch_count(misses, hybrid_f_);
+  const int64_t cpu = store_->ensure(l, host_ids_.data(), count, host_slots_.data(), fetch);
+  rt_.t_fetch += tf.seconds();
+  hy.items.clear();
+  for (int64_t i = 0; i < count; ++i)
+    if (host_slots_[i] < 0) hy.items.push_back(i);
+  const int64_t m = static_cast<int64_t>(hy.items.size());
+  if (m > 0) {
+    rt_.cpu_experts += cpu;
+    hy.out.assign(n * H, 0.f);
+    hy.g.resize(m * I), hy.u.resize(m * I), hy.d.resize(m * H);
+    hy.views.resize(3 * m);
+    const size_t each = host.expert_matrix_bytes();
+    for (int64_t j = 0; j < m; ++j) {
+      const int64_t e = host_ids_[hy.items[j]];
+      for (int mat = 0; mat < 3; ++mat) {
+        TensorView& t = hy.views[3 * j + mat];
+        t.dtype = host.dtype, t.ndim = 2;
+        t.shape = mat < 2 ? std::array<int64_t, 4>{I, H, 1, 1} : std::array<int64_t, 4>{H, I, 1, 1};
+        const char* base = mat == 0 ? host.gate(l) : mat == 1 ? host.up(l) : host.down(l);
+        t.data = base + e * each;
+        t.name = "expert";
+      }
+    }
+    hy.post([this, &hy, m, k, H, I] {
+      Timer tc;
+      std::vector<ops::GemmProblem> gu, dn;
+      for (int64_t j = 0; j < m; ++j) {
+        const float* xt = hy.x.data() + (hy.items[j] / k) * H;
+        gu.push_back({xt, 1, &hy.views[3 * j], hy.g.data() + j * I});
+        gu.push_back({xt, 1, &hy.views[3 * j + 1], hy.u.data() + j * I});
+        dn.push_back({hy.g.data() + j * I, 1, &hy.views[3 * j + 2], hy.d.data() + j * H});
+      }
+      ops::matmul_grouped(hy.pool, gu);
+      ops::silu_mul(hy.pool, hy.g.data(), hy.u.data(), m * I, hy.g.data());
+      ops::matmul_grouped(hy.pool, dn);
+      for (int64_t j = 0; j < m; ++j) {  // items ascend in (t, k): top-k order per token
+        const int64_t slot = hy.items[j];
+        float* o = hy.out.data() + (slot / k) * H;
+        const float wk = hy.w[slot];
+        for (int64_t c = 0; c < H; ++c) o[c] += wk * hy.d[j * H + c];
+      }
+      rt_.t_cpu += tc.seconds();
+    });
+  }
+  cuda::copy_to_device(slot_ids_.data(), host_slots_.data(), count * sizeof(int32_t));
+  a.ids = slot_ids_.as<int32_t>();
+  cuda::moe_experts(*blas_, store_->pool(), a, *moe_pool_);
+  if (m > 0) {
+    hy.wait();
+    cuda::copy_to_device(tmp_.data(), hy.out.data(), n * H * sizeof(float));
+    cuda::add_inplace(x_.as<float>(), tmp_.as<float>(), n * H);
   }
 }
 

@@ -1,10 +1,13 @@
 // The shared transformer forward (model/transformer.cpp) on one CUDA device: every weight of a
-// loaded Model is uploaded to VRAM once; one sequence's KV cache and all scratch are allocated
-// at construction. Plain C++ over the backend/cuda entry points (no CUDA headers). In offload
-// mode the routed experts stay in pinned host memory and VRAM holds a slot pool of them
-// (experts/gpu_expert_store.h); everything else is resident as before.
+// loaded Model is uploaded to VRAM once; the KV caches of max_seqs sequences and all scratch
+// are allocated at construction. Plain C++ over the backend/cuda entry points (no CUDA
+// headers). In offload mode the routed experts stay in pinned host memory and VRAM holds a
+// slot pool of them (experts/gpu_expert_store.h); everything else is resident as before.
+// Decode-sized passes (<= cuda::k_gemv_max_tokens tokens) are captured once per token count in
+// a CUDA graph and replayed (expert cache bookkeeping and miss fetches included, on the GPU).
 #pragma once
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "backend/cuda/cuda_ops.h"
@@ -22,33 +25,75 @@ void rope_tables(const Rope& rope, int64_t max_pos, std::vector<float>& cos,
 class HostExperts;
 class GpuExpertStore;
 
+// How decode treats expert cache misses. OFFLOAD: every miss is fetched over PCIe into a slot
+// (bookkeeping and copy on the GPU, graph-captured). HYBRID: per MoE layer the misses are
+// split by the q* rule (hybrid_fetch_count with f = pcie / (pcie + cpu)): some fetched, the
+// rest computed by CPU workers from the pinned weights, launched first and overlapped with the
+// GPU's work on hits; the partial sums are added (host bookkeeping, not graph-captured).
+enum class MoeMode { OFFLOAD, HYBRID };
+
 // Offload mode: experts (not owned; outlive the transformer) and the VRAM slot count, in
 // [n_experts, moe_layers * n_experts] (see plan_cuda_offload). The Model's own expert tensors
 // are not read (a benchmark model may carry stand-ins).
 struct CudaOffload {
   const HostExperts* experts = nullptr;
   int64_t slots = 0;
+  MoeMode mode = MoeMode::OFFLOAD;
+  double pcie_Bps = 25e9, cpu_Bps = 25e9;  // HYBRID split: measured bandwidths, bytes/s
+  int cpu_threads = 0;                     // HYBRID CPU workers (0: all cores)
 };
 
-// What an offloaded CudaTransformer(model, capacity, max_chunk) will allocate, as the
-// planner's request: resident = every non-expert weight, scratch = activations, workspaces
-// and rope tables, KV for `capacity` tokens. plan_memory(request).expert_slots is the slot
-// count for the budget; it throws ft::Error with the numbers when the budget cannot work.
+// One sequence's share of a forward_batch pass: n tokens ids[0..n) at positions pos0.. of
+// sequence `seq` (its cache must hold 0..pos0-1). logits: host [vocab] for the last of the n
+// tokens, or nullptr.
+struct CudaSeqStep {
+  int seq;
+  const int32_t* ids;
+  int64_t n;
+  int64_t pos0;
+  float* logits;
+};
+
+// Cumulative runtime counters. Timings in seconds, best effort: measured on the host where the
+// pass is not graph-captured (t_cpu: HYBRID CPU expert time; t_fetch: host-side fetch
+// bookkeeping), 0 where the GPU runs a captured graph.
+struct CudaRuntimeStats {
+  int64_t steps = 0, hits = 0, misses = 0, fetched_experts = 0, cpu_experts = 0;
+  size_t fetched_bytes = 0, streamed_bytes = 0;
+  double t_attention = 0, t_routing = 0, t_hits = 0, t_fetch = 0, t_cpu = 0;
+};
+
+// What an offloaded CudaTransformer(model, capacity, max_chunk, offload, max_seqs) will
+// allocate, as the planner's request: resident = every non-expert weight, scratch =
+// activations, workspaces and rope tables, KV for max_seqs sequences of `capacity` tokens.
+// plan_memory(request).expert_slots is the slot count for the budget; it throws ft::Error with
+// the numbers when the budget cannot work.
 MemoryRequest cuda_offload_request(const Model& model, const HostExperts& experts, int64_t capacity,
-                                   int64_t max_chunk, size_t budget);
+                                   int64_t max_chunk, size_t budget, int max_seqs = 1);
 
 class CudaTransformer {
  public:
-  // capacity: positions the KV cache holds; max_chunk: most tokens per pass (longer inputs
-  // are chunked). Uploads the weights and allocates everything here, once.
+  // capacity: positions each sequence's KV cache holds; max_chunk: most tokens per pass
+  // (longer inputs are chunked); max_seqs: sequences with a KV cache (ids 0..max_seqs-1).
+  // Uploads the weights and allocates everything here, once.
   CudaTransformer(const Model& model, int64_t capacity, int64_t max_chunk = 256,
-                  const CudaOffload& offload = {});
+                  const CudaOffload& offload = {}, int max_seqs = 1);
   ~CudaTransformer();
 
-  // Transformer::forward's contract on the owned cache: runs ids[0..n) at positions pos0..
-  // (the cache must hold 0..pos0-1). logits (host): [n, vocab] when all_logits, else [vocab]
-  // for the last token. Throws ft::Error for an id out of range or a cache overflow.
+  // Transformer::forward's contract on sequence 0: runs ids[0..n) at positions pos0.. (the
+  // cache must hold 0..pos0-1). logits (host): [n, vocab] when all_logits, else [vocab] for
+  // the last token. Throws ft::Error for an id out of range or a cache overflow.
   void forward(const int32_t* ids, int64_t n, int64_t pos0, float* logits, bool all_logits);
+
+  // One pass over several sequences: the tokens of all steps go through the matmuls and
+  // experts together, attention runs per sequence. Sequences distinct, total tokens <=
+  // max_chunk. Throws ft::Error for a bad sequence, id, position or size.
+  void forward_batch(std::span<const CudaSeqStep> steps);
+
+  int max_seqs() const { return max_seqs_; }
+  CudaRuntimeStats runtime_stats() const;
+  // Decode-sized passes replay captured CUDA graphs (default on); off: every op is launched.
+  void set_graphs(bool on) { graphs_on_ = on; }
 
   int64_t capacity() const { return capacity_; }
   int64_t max_chunk() const { return max_chunk_; }
@@ -69,16 +114,26 @@ class CudaTransformer {
   cuda::DeviceMatrix upload(const TensorView& t);
   const float* upload(const std::vector<float>& v);  // nullptr when empty
   cuda::DeviceExperts upload_experts(const std::vector<ExpertWeights>& experts);
-  void run_layers(int64_t n, int64_t pos0);
-  void attention_block(int64_t layer, int64_t n, int64_t pos0);
+  // One pass over the tokens of `steps` (already validated; ids_/pos_/seq_ uploaded): x_
+  // holds the final hidden states after.
+  void run_layers(std::span<const CudaSeqStep> steps, int64_t n);
+  void attention_block(int64_t layer, std::span<const CudaSeqStep> steps, int64_t n);
   void ffn_block(int64_t layer, int64_t n);
   void moe_block(int64_t layer, int64_t n);
-  float* k_cache(int64_t layer) const;
-  float* v_cache(int64_t layer) const;
+  void moe_hybrid(int64_t layer, int64_t n, cuda::MoeArgs a);
+  // Final norm + lm_head of every token (small passes) into logits_.
+  void all_logits(int64_t n);
+  void pass(std::span<const CudaSeqStep> steps, int64_t n, float* logits_all);
+  float* k_cache(int64_t seq, int64_t layer) const;
+  float* v_cache(int64_t seq, int64_t layer) const;
 
   const Model& model_;
   const ModelConfig& c_;
   int64_t capacity_, max_chunk_;
+  int max_seqs_;
+  MoeMode mode_ = MoeMode::OFFLOAD;
+  double hybrid_f_ = 0.5;  // pcie / (pcie + cpu)
+  bool graphs_on_ = true;
   Rope rope_;
   size_t weight_bytes_ = 0;
   std::vector<cuda::DeviceBuffer> storage_;  // every uploaded weight
@@ -92,7 +147,18 @@ class CudaTransformer {
   std::unique_ptr<cuda::MoeWorkspace> moe_pool_;
   bool streaming_ = false;
   std::vector<int32_t> host_ids_, host_slots_;  // decode: routed ids and their slots
-  cuda::DeviceBuffer kv_k_, kv_v_;              // [n_layers, capacity, kv_dim]
+  cuda::DeviceBuffer kv_k_, kv_v_;              // [max_seqs, n_layers, capacity, kv_dim]
+  int64_t seq_stride_ = 0;                      // floats per sequence in kv_k_ / kv_v_
+  // Per-pass token metadata: ids_, pos_, seq_ on the device, staged through pinned memory.
+  cuda::DeviceBuffer pos_, seq_;
+  cuda::PinnedBuffer staging_;  // [3, max_chunk] i32: ids, pos, seq
+  cuda::PinnedBuffer logits_host_;  // [k_gemv_max_tokens, vocab] small-pass logits
+  cuda::Stream stream_;
+  std::unique_ptr<cuda::Graph> graphs_[cuda::k_gemv_max_tokens + 1];
+  bool capturable_ = true;  // false in HYBRID offload (host round trips per layer)
+  CudaRuntimeStats rt_;
+  struct Hybrid;  // HYBRID: CPU workers and host scratch
+  std::unique_ptr<Hybrid> hybrid_;
   cuda::DeviceBuffer cos_, sin_;                // [capacity, rot_dim / 2]
   // Scratch, [max_chunk, width]:
   cuda::DeviceBuffer ids_, x_, xn_, q_, k_, v_, att_, tmp_, gate_, up_, router_, route_ids_,

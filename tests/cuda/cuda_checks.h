@@ -15,6 +15,9 @@ struct Check {
 
 // Each CUDA op vs its CPU op over a grid of shapes (odd sizes included) and weight dtypes.
 std::vector<Check> op_checks();
+// The decode runtime's fused ops, device expert-cache bookkeeping (vs ExpertCache) and the
+// mapped-memory fetch kernel (runtime_checks.cpp).
+std::vector<Check> runtime_checks();
 
 // Fixture parity of CudaTransformer: prefill logits at every position (one pass and chunked),
 // token-by-token decode and the 16 greedy ids. Tolerance as tests/models/parity_test.cpp:

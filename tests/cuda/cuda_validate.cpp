@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
   std::printf("device: %s\n", ft::cuda::device_summary().c_str());
   int failed = 0, total = 0;
   auto checks = op_checks();
+  for (auto& c : runtime_checks()) checks.push_back(c);
   for (auto& c : model_checks(fixtures)) checks.push_back(c);
   for (const Check& c : checks) {
     if (c.name.find(filter) == std::string::npos) continue;

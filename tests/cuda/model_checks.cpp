@@ -1,11 +1,14 @@
 // Golden fixture parity of CudaTransformer (the same references as tests/models/parity_test.cpp),
-// resident and offloaded at several expert-slot counts, and a decode timing.
+// resident and offloaded at several expert-slot counts, decode through captured graphs and
+// eagerly, HYBRID offload (CPU share of the misses), multi-sequence forward_batch, and a decode
+// timing.
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 
+#include "base/error.h"
 #include "cuda_checks.h"
 #include "experts/gpu_expert_store.h"
 #include "io/safetensors.h"
@@ -83,17 +86,25 @@ int64_t slot_count(const Model& m, Slots s) {
 }
 
 // A CudaTransformer, offloaded when slots != RESIDENT (the pinned experts live beside it).
+// HYBRID splits misses evenly between PCIe and the CPU (equal bandwidths).
 struct Runner {
   std::unique_ptr<HostExperts> host;
   std::unique_ptr<CudaTransformer> tf;
-  Runner(const Model& m, int64_t capacity, int64_t chunk, Slots s) {
+  Runner(const Model& m, int64_t capacity, int64_t chunk, Slots s,
+         MoeMode mode = MoeMode::OFFLOAD, int max_seqs = 1) {
     if (s == Slots::RESIDENT) {
-      tf = std::make_unique<CudaTransformer>(m, capacity, chunk);
+      tf = std::make_unique<CudaTransformer>(m, capacity, chunk, CudaOffload{}, max_seqs);
       return;
     }
     host = std::make_unique<HostExperts>(HostExperts::copy_of(m));
     tf = std::make_unique<CudaTransformer>(m, capacity, chunk,
-                                           CudaOffload{host.get(), slot_count(m, s)});
+                                           CudaOffload{.experts = host.get(),
+                                                       .slots = slot_count(m, s),
+                                                       .mode = mode,
+                                                       .pcie_Bps = 1e9,
+                                                       .cpu_Bps = 1e9,
+                                                       .cpu_threads = 2},
+                                           max_seqs);
   }
 };
 
@@ -113,12 +124,14 @@ std::string prefill(const std::string& dir, int64_t chunk, Slots slots = Slots::
 }
 
 // Token by token through the prompt, then the greedy continuation.
-std::string decode(const std::string& dir, Slots slots = Slots::RESIDENT) {
+std::string decode(const std::string& dir, Slots slots = Slots::RESIDENT, bool graphs = true,
+                   MoeMode mode = MoeMode::OFFLOAD) {
   Reference r = load(dir);
   const int64_t T = static_cast<int64_t>(r.prompt.size()), V = r.model->config().vocab_size;
   const int64_t N = static_cast<int64_t>(r.greedy.size());
-  Runner run(*r.model, T + N, 64, slots);
+  Runner run(*r.model, T + N, 64, slots, mode);
   CudaTransformer& tf = *run.tf;
+  tf.set_graphs(graphs);
   std::vector<float> logits(V);
   std::string err;
   for (int64_t t = 0; t < T; ++t) {
@@ -131,6 +144,52 @@ std::string decode(const std::string& dir, Slots slots = Slots::RESIDENT) {
     if (next != r.greedy[i])
       return err + fmt::format("greedy step {}: id {} != reference {}\n", i, next, r.greedy[i]);
     if (i + 1 < N) tf.forward(&next, 1, T + i, logits.data(), false);
+  }
+  if (mode == MoeMode::HYBRID && slots == Slots::MIN && tf.runtime_stats().cpu_experts == 0)
+    err += "hybrid: no expert was computed on the CPU\n";
+  return err;
+}
+
+// forward_batch over three sequences: a mixed prefill pass (one whole prompt, one prefix), a
+// decode-sized pass of one token each (the captured path, per-token positions), then a mixed
+// pass of a long continuation and one token. Every logits row against the references.
+std::string batch(const std::string& dir, Slots slots, MoeMode mode = MoeMode::OFFLOAD) {
+  Reference r = load(dir);
+  const int64_t T = static_cast<int64_t>(r.prompt.size()), V = r.model->config().vocab_size;
+  if (T < 8) return fmt::format("batch: prompt of {} tokens is too short\n", T);
+  Runner run(*r.model, T + 4, 64, slots, mode, 3);
+  CudaTransformer& tf = *run.tf;
+  if (tf.max_seqs() != 3) return "batch: max_seqs\n";
+  std::vector<float> a(V), b(V), c(V);
+  const int32_t* p = r.prompt.data();
+  std::string err;
+  const CudaSeqStep pass1[] = {{.seq = 1, .ids = p, .n = T, .pos0 = 0, .logits = a.data()},
+                               {.seq = 0, .ids = p, .n = 3, .pos0 = 0, .logits = b.data()}};
+  tf.forward_batch(pass1);
+  err += row_close(a.data(), r.prefill + (T - 1) * V, V, "batch pass 1 seq 1");
+  err += row_close(b.data(), r.prefill + 2 * V, V, "batch pass 1 seq 0");
+  const int32_t g0 = r.greedy[0];
+  const CudaSeqStep pass2[] = {{.seq = 0, .ids = p + 3, .n = 1, .pos0 = 3, .logits = a.data()},
+                               {.seq = 1, .ids = &g0, .n = 1, .pos0 = T, .logits = b.data()},
+                               {.seq = 2, .ids = p, .n = 1, .pos0 = 0, .logits = c.data()}};
+  for (int rep = 0; rep < 2; ++rep) {  // the second time replays the captured graph
+    tf.forward_batch(pass2);
+    err += row_close(a.data(), r.prefill + 3 * V, V, fmt::format("batch pass 2.{} seq 0", rep));
+    err += row_close(b.data(), r.decode + 1 * V, V, fmt::format("batch pass 2.{} seq 1", rep));
+    err += row_close(c.data(), r.prefill, V, fmt::format("batch pass 2.{} seq 2", rep));
+  }
+  const CudaSeqStep pass3[] = {{.seq = 2, .ids = p + 1, .n = 1, .pos0 = 1, .logits = c.data()},
+                               {.seq = 0, .ids = p + 4, .n = T - 4, .pos0 = 4, .logits = a.data()}};
+  tf.forward_batch(pass3);
+  err += row_close(c.data(), r.prefill + 1 * V, V, "batch pass 3 seq 2");
+  err += row_close(a.data(), r.prefill + (T - 1) * V, V, "batch pass 3 seq 0");
+  // Bad input is refused with an error, not a crash.
+  const CudaSeqStep twice[] = {{.seq = 0, .ids = p, .n = 1, .pos0 = 0, .logits = nullptr},
+                               {.seq = 0, .ids = p, .n = 1, .pos0 = 1, .logits = nullptr}};
+  try {
+    tf.forward_batch(twice);
+    err += "batch: a sequence twice in one pass was accepted\n";
+  } catch (const Error&) {
   }
   return err;
 }
@@ -156,6 +215,16 @@ std::vector<Check> model_checks(const std::string& fixtures_dir) {
       out.push_back({p + "/prefill_chunked", [dir, s] { return prefill(dir, 7, s); }});
       out.push_back({p + "/decode_greedy", [dir, s] { return decode(dir, s); }});
     }
+    out.push_back({f + "/decode_greedy_eager", [dir] { return decode(dir, Slots::RESIDENT, false); }});
+    out.push_back({f + "/offload_min/decode_greedy_eager",
+                   [dir] { return decode(dir, Slots::MIN, false); }});
+    for (auto [s, name] : {std::pair{Slots::MIN, "min"}, std::pair{Slots::HALF, "half"}})
+      out.push_back({f + "/offload_" + name + "/hybrid_decode_greedy",
+                     [dir, s] { return decode(dir, s, false, MoeMode::HYBRID); }});
+    out.push_back({f + "/batch", [dir] { return batch(dir, Slots::RESIDENT); }});
+    out.push_back({f + "/offload_min/batch", [dir] { return batch(dir, Slots::MIN); }});
+    out.push_back({f + "/offload_min/hybrid_batch",
+                   [dir] { return batch(dir, Slots::MIN, MoeMode::HYBRID); }});
   }
   return out;
 }

@@ -1,7 +1,8 @@
 // attention: causal GQA over the KV cache with online softmax, fp32 throughout.
-// Per-token kernel (decode): one block per (token, head); each warp takes every k_warps-th
-// key (running max, sum, and a lane-strided head_dim accumulator), then the warps' partial
-// results are merged through shared memory.
+// Per-token kernel (decode): one block per (token, head), each token at its own position and
+// sequence when pos/seq arrays are given; each warp scores k_dec_keys keys per iteration
+// (their loads in flight together) and keeps a running max, sum and lane-strided head_dim
+// accumulator; the warps' partial results are merged through shared memory.
 // Tiled kernel (prefill): one block per (k_q_tile queries, head); K/V tiles of k_k_tile keys
 // are staged in shared memory once for all the block's queries; a warp owns k_q_per_warp
 // queries, lane j scores key j of the tile, and p_j is broadcast by shuffle into the
@@ -14,16 +15,20 @@ namespace ft::cuda {
 namespace {
 constexpr int k_warps = 4;
 
+constexpr int k_dec_warps = 8;  // per-token kernel: warps per (token, head)
+constexpr int k_dec_keys = 4;   // keys a warp scores per iteration (loads in flight)
+
 // ---- kernels
 // DPL: head dims per lane (head_dim <= 32 * DPL).
 template <int DPL>
-__global__ void __launch_bounds__(32 * k_warps)
+__global__ void __launch_bounds__(32 * k_dec_warps)
     attention_kernel(const __grid_constant__ AttentionArgs a) {
   const int64_t h = blockIdx.x, t = blockIdx.y;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t hd = a.head_dim, g = h / (a.n_heads / a.n_kv_heads);
   const int64_t kv_dim = a.n_kv_heads * hd, q_dim = a.n_heads * hd;
-  const int64_t len = a.pos0 + t + 1;  // causal: keys 0..pos inclusive
+  const int64_t len = (a.pos ? a.pos[t] : a.pos0 + t) + 1;  // causal: keys 0..pos inclusive
+  const int64_t cache0 = a.seq ? a.seq[t] * a.seq_stride : 0;
   const float* q = a.q + t * q_dim + h * hd;
   float qr[DPL], acc[DPL];
 #pragma unroll
@@ -33,27 +38,48 @@ __global__ void __launch_bounds__(32 * k_warps)
     acc[j] = 0.f;
   }
   float m = -INFINITY, l = 0.f;
-  for (int64_t key = warp; key < len; key += k_warps) {
-    const float* k = a.k_cache + key * kv_dim + g * hd;
-    const float* v = a.v_cache + key * kv_dim + g * hd;
-    float s = 0.f;
+  const float* kb = a.k_cache + cache0 + g * hd;
+  const float* vb = a.v_cache + cache0 + g * hd;
+  for (int64_t key0 = int64_t{warp} * k_dec_keys; key0 < len;
+       key0 += int64_t{k_dec_warps} * k_dec_keys) {
+    float s[k_dec_keys];
 #pragma unroll
-    for (int j = 0; j < DPL; ++j) {
-      const int64_t d = lane + 32 * j;
-      if (d < hd) s += qr[j] * k[d];
+    for (int u = 0; u < k_dec_keys; ++u) {
+      s[u] = 0.f;
+      if (key0 + u >= len) continue;
+      const float* k = kb + (key0 + u) * kv_dim;
+#pragma unroll
+      for (int j = 0; j < DPL; ++j) {
+        const int64_t d = lane + 32 * j;
+        if (d < hd) s[u] += qr[j] * k[d];
+      }
     }
-    s = warp_sum(s) * a.scale;
-    const float m_new = fmaxf(m, s);
-    const float corr = expf(m - m_new), p = expf(s - m_new);
-    l = l * corr + p;
+    float m_new = m;
+#pragma unroll
+    for (int u = 0; u < k_dec_keys; ++u) {
+      s[u] = warp_sum(s[u]) * a.scale;
+      if (key0 + u < len) m_new = fmaxf(m_new, s[u]);
+    }
+    const float corr = expf(m - m_new);
+    float p[k_dec_keys];
+    l *= corr;
+#pragma unroll
+    for (int u = 0; u < k_dec_keys; ++u) {
+      p[u] = key0 + u < len ? expf(s[u] - m_new) : 0.f;
+      l += p[u];
+    }
 #pragma unroll
     for (int j = 0; j < DPL; ++j) {
       const int64_t d = lane + 32 * j;
-      acc[j] = acc[j] * corr + (d < hd ? p * v[d] : 0.f);
+      float o = acc[j] * corr;
+#pragma unroll
+      for (int u = 0; u < k_dec_keys; ++u)
+        if (key0 + u < len && d < hd) o += p[u] * vb[(key0 + u) * kv_dim + d];
+      acc[j] = o;
     }
     m = m_new;
   }
-  __shared__ float s_m[k_warps], s_l[k_warps], s_acc[k_warps][32 * DPL];
+  __shared__ float s_m[k_dec_warps], s_l[k_dec_warps], s_acc[k_dec_warps][32 * DPL];
   if (lane == 0) s_m[warp] = m, s_l[warp] = l;
 #pragma unroll
   for (int j = 0; j < DPL; ++j) s_acc[warp][lane + 32 * j] = acc[j];
@@ -61,10 +87,10 @@ __global__ void __launch_bounds__(32 * k_warps)
   if (warp != 0) return;
   float mx = -INFINITY;
 #pragma unroll
-  for (int w = 0; w < k_warps; ++w) mx = fmaxf(mx, s_m[w]);
-  float f[k_warps], sum = 0.f;
+  for (int w = 0; w < k_dec_warps; ++w) mx = fmaxf(mx, s_m[w]);
+  float f[k_dec_warps], sum = 0.f;
 #pragma unroll
-  for (int w = 0; w < k_warps; ++w) {
+  for (int w = 0; w < k_dec_warps; ++w) {
     f[w] = s_m[w] == -INFINITY ? 0.f : expf(s_m[w] - mx);  // a warp that saw no key
     sum += s_l[w] * f[w];
   }
@@ -76,7 +102,7 @@ __global__ void __launch_bounds__(32 * k_warps)
     if (d >= hd) continue;
     float o = 0.f;
 #pragma unroll
-    for (int w = 0; w < k_warps; ++w) o += s_acc[w][d] * f[w];
+    for (int w = 0; w < k_dec_warps; ++w) o += s_acc[w][d] * f[w];
     out[d] = o * inv;
   }
 }
@@ -180,19 +206,20 @@ void launch_tiled(const AttentionArgs& a) {
                                     static_cast<int>(smem)));
   const dim3 grid(static_cast<unsigned>((a.n_tokens + k_q_tile - 1) / k_q_tile),
                   static_cast<unsigned>(a.n_heads));
-  attention_tiled_kernel<DPL><<<grid, 32 * k_warps, smem>>>(a);
+  attention_tiled_kernel<DPL><<<grid, 32 * k_warps, smem, stream()>>>(a);
 }
 
 template <int DPL>
 void launch_per_token(const AttentionArgs& a) {
   const dim3 grid(static_cast<unsigned>(a.n_heads), static_cast<unsigned>(a.n_tokens));
-  attention_kernel<DPL><<<grid, 32 * k_warps>>>(a);
+  attention_kernel<DPL><<<grid, 32 * k_dec_warps, 0, stream()>>>(a);
 }
 
 template <int DPL>
 void launch(const AttentionArgs& a) {
   const bool tiled = a.kernel == AttentionKernel::TILED ||
                      (a.kernel == AttentionKernel::AUTO && a.n_tokens > k_gemv_max_tokens);
+  FT_CHECK(!tiled || (!a.pos && !a.seq), "attention: per-token positions need PER_TOKEN");
   if (tiled)
     launch_tiled<DPL>(a);
   else

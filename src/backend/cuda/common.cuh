@@ -26,6 +26,10 @@
 
 namespace ft::cuda {
 
+// The stream this thread's ops launch on (stream.cu): the legacy default stream unless a
+// StreamScope (cuda_ops.h) names another.
+cudaStream_t stream();
+
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
@@ -94,6 +98,7 @@ __device__ __forceinline__ void warp_dot_partial(const float* __restrict__ x, in
   const int lane = threadIdx.x & 31;
   if constexpr (VEC) {
     constexpr int V = k_vec<W>;
+#pragma unroll 4
     for (int64_t i = int64_t{lane} * V; i < cols; i += 32 * V) {
       float wv[V];
       load_vec(w + i, wv);

@@ -1,6 +1,7 @@
 // CUDA backend entry points: the same ops as ops/ops.h, on device pointers (f32 activations,
 // row-major [n, dim]). Declared here without CUDA headers so host code can call them. Every op
-// runs on the legacy default stream; launchers validate arguments (FT_CHECK), kernels trust.
+// runs on this thread's current stream (the legacy default stream unless a StreamScope names
+// one); launchers validate arguments (FT_CHECK), kernels trust.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -43,10 +44,63 @@ class DeviceBuffer {
   size_t bytes_ = 0;
 };
 
-void copy_to_device(void* dst, const void* src, size_t bytes);  // synchronous
-void copy_to_host(void* dst, const void* src, size_t bytes);    // synchronous
-void copy_on_device(void* dst, const void* src, size_t bytes);  // async on the default stream
+// Copies on the current stream. The synchronous ones wait for it (and so for every op issued
+// before them); the _async ones need page-locked host memory to overlap.
+void copy_to_device(void* dst, const void* src, size_t bytes);
+void copy_to_host(void* dst, const void* src, size_t bytes);
+void copy_to_device_async(void* dst, const void* src, size_t bytes);
+void copy_to_host_async(void* dst, const void* src, size_t bytes);
+void copy_on_device(void* dst, const void* src, size_t bytes);
+void memset_async(void* dst, int value, size_t bytes);
+void stream_synchronize();  // waits for the current stream
 void synchronize();  // waits for the device; reports any asynchronous error with file:line
+
+// ---- streams and graphs (stream.cu)
+
+// A created stream, ordered with the legacy default stream (blocking flavour), so work there
+// and here does not race. Ops issue to it inside a StreamScope.
+class Stream {
+ public:
+  Stream();
+  ~Stream();
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+  void* handle() const { return handle_; }  // cudaStream_t
+  void synchronize();
+
+ private:
+  void* handle_ = nullptr;
+};
+
+// Makes `s` this thread's current stream until the scope ends (then the previous one).
+class StreamScope {
+ public:
+  explicit StreamScope(const Stream& s);
+  ~StreamScope();
+  StreamScope(const StreamScope&) = delete;
+  StreamScope& operator=(const StreamScope&) = delete;
+
+ private:
+  void* prev_;
+};
+
+// A CUDA graph captured from the ops issued on the current stream (a Stream in scope) between
+// capture_begin and capture_end, then replayed by launch on the current stream. Captured ops
+// read their inputs from device memory at replay (pointers are baked in, values are not).
+class Graph {
+ public:
+  Graph() = default;
+  ~Graph();
+  Graph(const Graph&) = delete;
+  Graph& operator=(const Graph&) = delete;
+  bool ready() const { return exec_ != nullptr; }
+  void capture_begin();
+  void capture_end();
+  void launch();
+
+ private:
+  void* exec_ = nullptr;  // cudaGraphExec_t
+};
 
 // ---- streams, events, page-locked host memory (stream.cu)
 
@@ -85,7 +139,8 @@ class CopyStream {
 void record_on_default(Event& e);
 void wait_on_default(const Event& e);
 
-// Owning page-locked host memory (cudaHostAlloc, portable); movable.
+// Owning page-locked host memory (cudaHostAlloc, portable and mapped: kernels may read it over
+// PCIe through device_data()); movable.
 class PinnedBuffer {
  public:
   PinnedBuffer() = default;
@@ -96,6 +151,7 @@ class PinnedBuffer {
   PinnedBuffer(const PinnedBuffer&) = delete;
   PinnedBuffer& operator=(const PinnedBuffer&) = delete;
   void* data() const { return data_; }
+  void* device_data() const;  // the same bytes as a device pointer (zero-copy reads)
   size_t bytes() const { return bytes_; }
 
  private:
@@ -153,6 +209,29 @@ struct RopeArgs {
 };
 void rope(const RopeArgs& a);
 
+// After the q/k/v projections of n tokens (qk_rope.cu): per-head rmsnorm of q and k (when
+// q_norm/k_norm are set), rotary embedding at each token's position, then k and v stored
+// into the caches at [seq[t] * seq_stride + pos[t] * kv_dim]. pos/seq: device [n]. One launch
+// for what is otherwise 6 ops.
+struct QkRopeArgs {
+  float* q;        // [n, n_heads * head_dim]
+  float* k;        // [n, n_kv_heads * head_dim]
+  const float* v;  // [n, n_kv_heads * head_dim]
+  int64_t n, n_heads, n_kv_heads, head_dim, rot_dim;
+  bool interleaved;
+  const float* cos;
+  const float* sin;
+  const float* q_norm;  // [head_dim] or nullptr
+  const float* k_norm;
+  float eps;
+  const int32_t* pos;
+  const int32_t* seq;
+  int64_t seq_stride;
+  float* k_cache;
+  float* v_cache;
+};
+void qk_rope_store(const QkRopeArgs& a);
+
 // ---- matmul (matmul.cu: GEMV for n <= k_gemv_max_tokens, cuBLAS GEMM above)
 
 constexpr int64_t k_gemv_max_tokens = 4;
@@ -188,6 +267,18 @@ void matmul(Blas& blas, const float* x, int64_t n, const DeviceMatrix& w, float*
 // The GEMV kernel alone (any n; used by matmul for small n and by tests).
 void gemv(const float* x, int64_t n, const DeviceMatrix& w, float* y, const float* bias = nullptr);
 
+// Up to k_gemv_multi GEMVs of the same input in one launch (e.g. q, k, v): out[i].y[n,
+// w.rows] = x W_i^T (+ bias), or += that when accumulate (a fused residual add; y must not
+// alias x). n <= k_gemv_max_tokens; every matrix has x's width and one dtype.
+struct GemvOut {
+  DeviceMatrix w;
+  float* y = nullptr;
+  const float* bias = nullptr;
+  bool accumulate = false;
+};
+constexpr int k_gemv_multi = 4;
+void gemv_multi(const float* x, int64_t n, const GemvOut* outs, int count);
+
 // ---- MoE (route.cu, moe.cu)
 
 // Per token (one warp each): softmax over logits [n, n_experts], the top_k largest (ties:
@@ -207,9 +298,11 @@ class MoeWorkspace {
   std::vector<int32_t> host_offsets;  // [n_experts + 1], read back for the per-expert GEMMs
 };
 
-// out[t] = sum_k weights[t,k] * SwiGLU_{ids[t,k]}(x[t]) for n tokens. Decode (n <=
-// k_gemv_max_tokens): one GEMV per (token, k), no host sync. Prefill: count -> offsets ->
-// gather -> per-expert matmul (host reads the offsets) -> weighted combine in top-k order.
+// out[t] = sum_k weights[t,k] * SwiGLU_{ids[t,k]}(x[t]) for n tokens (out += that when
+// accumulate: the residual add fused). Decode (n <= k_gemv_max_tokens): a gate/up GEMV per
+// (token, k), then one down GEMV over all k fused with the weighted combine, no host sync; an
+// id < 0 is skipped (an expert computed elsewhere, e.g. on the CPU). Prefill: count -> offsets
+// -> gather -> per-expert matmul (host reads the offsets) -> weighted combine in top-k order.
 struct MoeArgs {
   const float* x;  // [n, hidden]
   int64_t n;
@@ -217,8 +310,55 @@ struct MoeArgs {
   const float* weights;  // [n, top_k]
   int64_t top_k;
   float* out;  // [n, hidden]
+  bool accumulate = false;
 };
 void moe_experts(Blas& blas, const DeviceExperts& e, const MoeArgs& a, MoeWorkspace& ws);
+
+// ---- expert slot cache on the device (slot_cache.cu, fetch.cu)
+
+// ExpertCache's state in VRAM (same policy, same decisions; see experts/expert_cache.h): flat
+// expert id = layer * n_experts + expert.
+struct SlotCacheState {
+  int32_t* slot_for_id;  // [n_layers * n_experts] -> slot or -1
+  int32_t* id_of_slot;   // [slots] -> flat id or -1
+  int64_t* usage;        // [slots] step last used (0 = never)
+  int64_t* recency;      // [n_layers * n_experts] step last active
+  int64_t* counters;     // [k_slot_counters]: step, lookups, hits, misses, evictions, fetched
+  int64_t n_experts, slots;
+};
+enum SlotCounter { SC_STEP, SC_LOOKUPS, SC_HITS, SC_MISSES, SC_EVICTIONS, SC_FETCHED };
+constexpr int k_slot_counters = 6;
+
+// One ExpertCache::ensure of `layer` for the ids [count] on the device (count <= 256): hits
+// are touched, every miss gets the least recently used slot not used by this step (priority:
+// most recently active, then lower id). slot_ids[i] = the slot of ids[i]; fetch/fetch_slot
+// [*n_fetch] = the experts to copy and where. One block; nothing returns to the host.
+struct SlotEnsureArgs {
+  SlotCacheState s;
+  int64_t layer;
+  const int32_t* ids;
+  int64_t count;
+  int32_t* slot_ids;
+  int32_t* fetch;
+  int32_t* fetch_slot;
+  int32_t* n_fetch;
+};
+void slot_cache_ensure(const SlotEnsureArgs& a);
+// Drops every mapping (slot_for_id, id_of_slot = -1, usage = 0); recency and counters stay.
+void slot_cache_reset(const SlotCacheState& s, int64_t n_ids);
+
+// Copies the experts fetch[0..*n_fetch) of one layer from mapped host memory (src pointers from
+// PinnedBuffer::device_data, stacks as HostExperts lays them out) into their slots of the
+// pools: a kernel reading over PCIe, so the copy needs no host round trip (graph-capturable).
+struct FetchArgs {
+  const char *gate_src, *up_src, *down_src;  // layer stacks [E, matrix]
+  char *gate_dst, *up_dst, *down_dst;        // pools [slots, matrix]
+  size_t matrix_bytes;                       // one expert's matrix
+  const int32_t* fetch;
+  const int32_t* fetch_slot;
+  const int32_t* n_fetch;
+};
+void fetch_experts(const FetchArgs& a);
 
 // ---- attention (attention.cu)
 
@@ -228,6 +368,9 @@ void moe_experts(Blas& blas, const DeviceExperts& e, const MoeArgs& a, MoeWorksp
 // keys (decode). TILED: flash-style, a block per (16 queries, head) sharing 32-key K/V tiles
 // in shared memory (prefill). AUTO: TILED above k_gemv_max_tokens tokens.
 enum class AttentionKernel { AUTO, PER_TOKEN, TILED };
+// Per-token positions (PER_TOKEN only): pos [n] device (token t at pos[t], else pos0 + t) and
+// seq [n] device (token t's caches start seq[t] * seq_stride floats in; else 0): tokens of
+// several sequences in one launch.
 struct AttentionArgs {
   const float* q;
   int64_t n_tokens, pos0;
@@ -237,6 +380,9 @@ struct AttentionArgs {
   float scale;
   float* out;
   AttentionKernel kernel = AttentionKernel::AUTO;
+  const int32_t* pos = nullptr;
+  const int32_t* seq = nullptr;
+  int64_t seq_stride = 0;
 };
 void attention(const AttentionArgs& a);
 

@@ -35,21 +35,21 @@ unsigned grid_for(int64_t count) {
 void add_inplace(float* x, const float* y, int64_t count) {
   FT_CHECK(count >= 0, "add_inplace: negative count");
   if (count == 0) return;
-  add_kernel<<<grid_for(count), 256>>>(x, y, count);
+  add_kernel<<<grid_for(count), 256, 0, stream()>>>(x, y, count);
   CUDA_CHECK_LAUNCH();
 }
 
 void add_bias(float* y, int64_t n, int64_t rows, const float* bias) {
   FT_CHECK(n >= 0 && rows > 0 && bias, "add_bias: bad arguments");
   if (n == 0) return;
-  add_bias_kernel<<<grid_for(n * rows), 256>>>(y, n * rows, rows, bias);
+  add_bias_kernel<<<grid_for(n * rows), 256, 0, stream()>>>(y, n * rows, rows, bias);
   CUDA_CHECK_LAUNCH();
 }
 
 void clamp(float* x, int64_t count, float limit) {
   FT_CHECK(count >= 0 && limit > 0, "clamp: bad arguments");
   if (count == 0) return;
-  clamp_kernel<<<grid_for(count), 256>>>(x, count, limit);
+  clamp_kernel<<<grid_for(count), 256, 0, stream()>>>(x, count, limit);
   CUDA_CHECK_LAUNCH();
 }
 

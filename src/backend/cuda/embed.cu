@@ -21,7 +21,7 @@ void embed(const DeviceMatrix& table, const int32_t* ids, int64_t n, float* out)
   if (n == 0) return;
   dispatch_weight_type(table.dtype, [&](auto tag) {
     using W = typename decltype(tag)::type;
-    embed_kernel<W><<<static_cast<unsigned>(n), 256>>>(static_cast<const W*>(table.data), ids,
+    embed_kernel<W><<<static_cast<unsigned>(n), 256, 0, stream()>>>(static_cast<const W*>(table.data), ids,
                                                        table.cols, out);
   });
   CUDA_CHECK_LAUNCH();

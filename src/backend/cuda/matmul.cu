@@ -1,6 +1,6 @@
 // matmul: y = x W^T (+ bias) with f32 / f16 / bf16 weights and fp32 compute on every path.
 // Small n (decode): a warp per output row reading 16-byte weight vectors, NT tokens per warp
-// so each weight is read once. Larger n: cuBLAS (see Blas in cuda_ops.h for the bf16 split).
+// so each weight is read once; up to k_gemv_multi matrices per launch, optional accumulate. Larger n: cuBLAS (see Blas in cuda_ops.h for the bf16 split).
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 
@@ -25,17 +25,39 @@ namespace {
 // ---- kernels
 constexpr int k_gemv_rows = 8;  // warps (output rows) per block
 
+// Up to k_gemv_multi matrices of one input; blocks [block0[m], block0[m+1]) belong to matrix m.
+struct GemvParams {
+  const float* x;
+  int64_t cols;
+  int count;
+  const void* w[k_gemv_multi];
+  float* y[k_gemv_multi];
+  const float* bias[k_gemv_multi];
+  int64_t rows[k_gemv_multi];
+  int64_t block0[k_gemv_multi + 1];
+  bool accumulate[k_gemv_multi];
+};
+
 template <typename W, bool VEC, int NT>
-__global__ void gemv_kernel(const float* __restrict__ x, const W* __restrict__ w, int64_t rows,
-                            int64_t cols, const float* __restrict__ bias, float* __restrict__ y) {
-  const int64_t row = blockIdx.x * int64_t{k_gemv_rows} + threadIdx.y;
+__global__ void __launch_bounds__(32 * k_gemv_rows)
+    gemv_kernel(const __grid_constant__ GemvParams p) {
+  int m = 0;
+  while (m + 1 < p.count && blockIdx.x >= p.block0[m + 1]) ++m;
+  const int64_t rows = p.rows[m];
+  const int64_t row = (blockIdx.x - p.block0[m]) * int64_t{k_gemv_rows} + threadIdx.y;
   if (row >= rows) return;
   float acc[NT] = {};
-  warp_dot_partial<W, VEC, NT>(x, cols, w + row * cols, cols, acc);
+  warp_dot_partial<W, VEC, NT>(p.x, p.cols, static_cast<const W*>(p.w[m]) + row * p.cols, p.cols,
+                               acc);
+  const float b = p.bias[m] ? p.bias[m][row] : 0.f;
 #pragma unroll
   for (int t = 0; t < NT; ++t) {
     const float s = warp_sum(acc[t]);
-    if (threadIdx.x == 0) y[t * rows + row] = bias ? s + bias[row] : s;
+    if (threadIdx.x == 0) {
+      float* y = p.y[m] + t * rows + row;
+      const float v = p.bias[m] ? s + b : s;
+      *y = p.accumulate[m] ? *y + v : v;
+    }
   }
 }
 
@@ -64,22 +86,21 @@ unsigned grid_for(int64_t count) {
 
 // ---- launchers
 template <typename W, bool VEC>
-void launch_gemv(const float* x, int64_t nt, const W* w, int64_t rows, int64_t cols,
-                 const float* bias, float* y) {
+void launch_gemv(const GemvParams& p, int64_t nt) {
   const dim3 block(32, k_gemv_rows);
-  const auto grid = static_cast<unsigned>((rows + k_gemv_rows - 1) / k_gemv_rows);
+  const auto grid = static_cast<unsigned>(p.block0[p.count]);
   switch (nt) {
     case 1:
-      gemv_kernel<W, VEC, 1><<<grid, block>>>(x, w, rows, cols, bias, y);
+      gemv_kernel<W, VEC, 1><<<grid, block, 0, stream()>>>(p);
       break;
     case 2:
-      gemv_kernel<W, VEC, 2><<<grid, block>>>(x, w, rows, cols, bias, y);
+      gemv_kernel<W, VEC, 2><<<grid, block, 0, stream()>>>(p);
       break;
     case 3:
-      gemv_kernel<W, VEC, 3><<<grid, block>>>(x, w, rows, cols, bias, y);
+      gemv_kernel<W, VEC, 3><<<grid, block, 0, stream()>>>(p);
       break;
     default:
-      gemv_kernel<W, VEC, 4><<<grid, block>>>(x, w, rows, cols, bias, y);
+      gemv_kernel<W, VEC, 4><<<grid, block, 0, stream()>>>(p);
       break;
   }
   CUDA_CHECK_LAUNCH();
@@ -104,7 +125,7 @@ void gemm_bf16_split(Blas& blas, const float* x, int64_t n, const DeviceMatrix& 
   const int64_t count = n * w.cols;
   auto* hi = reinterpret_cast<__nv_bfloat16*>(blas.split());
   auto* lo = hi + count;
-  split_bf16_kernel<<<grid_for(count), 256>>>(x, count, hi, lo);
+  split_bf16_kernel<<<grid_for(count), 256, 0, stream()>>>(x, count, hi, lo);
   CUDA_CHECK_LAUNCH();
   auto h = static_cast<cublasHandle_t>(blas.handle());
   const float one = 1.f, zero = 0.f;
@@ -123,7 +144,7 @@ void gemm_f16_dequant(Blas& blas, const float* x, int64_t n, const DeviceMatrix&
   for (int64_t r0 = 0; r0 < w.rows; r0 += chunk) {
     const int64_t m = std::min(chunk, w.rows - r0);
     dequant_kernel<f16w>
-        <<<grid_for(m * w.cols), 256>>>(wh + r0 * w.cols, m * w.cols, blas.dequant());
+        <<<grid_for(m * w.cols), 256, 0, stream()>>>(wh + r0 * w.cols, m * w.cols, blas.dequant());
     CUDA_CHECK_LAUNCH();
     sgemm(h, x, n, blas.dequant(), m, w.cols, y + r0, w.rows);
   }
@@ -147,20 +168,38 @@ Blas::~Blas() {
   if (handle_) cublasDestroy(static_cast<cublasHandle_t>(handle_));
 }
 
+void gemv_multi(const float* x, int64_t n, const GemvOut* outs, int count) {
+  FT_CHECK(count >= 1 && count <= k_gemv_multi && n >= 0 && n <= k_gemv_max_tokens,
+           "gemv_multi: {} matrices, {} tokens", count, n);
+  if (n == 0) return;
+  const DType dt = outs[0].w.dtype;
+  GemvParams p{.x = x, .cols = outs[0].w.cols, .count = count};
+  p.block0[0] = 0;
+  for (int m = 0; m < count; ++m) {
+    const GemvOut& o = outs[m];
+    check_matrix(o.w, "gemv");
+    FT_CHECK(o.w.cols == p.cols && o.w.dtype == dt && o.y, "gemv_multi: matrix {} differs", m);
+    p.w[m] = o.w.data, p.y[m] = o.y, p.bias[m] = o.bias, p.rows[m] = o.w.rows;
+    p.accumulate[m] = o.accumulate;
+    p.block0[m + 1] = p.block0[m] + (o.w.rows + k_gemv_rows - 1) / k_gemv_rows;
+  }
+  dispatch_weight_type(dt, [&](auto tag) {
+    using W = typename decltype(tag)::type;
+    bool vec = reinterpret_cast<uintptr_t>(x) % 16 == 0;
+    for (int m = 0; m < count; ++m) vec = vec && vec_ok<W>(outs[m].w.data, p.cols);
+    if (vec)
+      launch_gemv<W, true>(p, n);
+    else
+      launch_gemv<W, false>(p, n);
+  });
+}
+
 void gemv(const float* x, int64_t n, const DeviceMatrix& w, float* y, const float* bias) {
   check_matrix(w, "gemv");
-  dispatch_weight_type(w.dtype, [&](auto tag) {
-    using W = typename decltype(tag)::type;
-    const auto* wp = static_cast<const W*>(w.data);
-    const bool vec = vec_ok<W>(w.data, w.cols) && reinterpret_cast<uintptr_t>(x) % 16 == 0;
-    for (int64_t t0 = 0; t0 < n; t0 += k_gemv_max_tokens) {
-      const int64_t nt = std::min(k_gemv_max_tokens, n - t0);
-      if (vec)
-        launch_gemv<W, true>(x + t0 * w.cols, nt, wp, w.rows, w.cols, bias, y + t0 * w.rows);
-      else
-        launch_gemv<W, false>(x + t0 * w.cols, nt, wp, w.rows, w.cols, bias, y + t0 * w.rows);
-    }
-  });
+  for (int64_t t0 = 0; t0 < n; t0 += k_gemv_max_tokens) {
+    const GemvOut o{.w = w, .y = y + t0 * w.rows, .bias = bias};
+    gemv_multi(x + t0 * w.cols, std::min(k_gemv_max_tokens, n - t0), &o, 1);
+  }
 }
 
 void matmul(Blas& blas, const float* x, int64_t n, const DeviceMatrix& w, float* y,
@@ -170,6 +209,7 @@ void matmul(Blas& blas, const float* x, int64_t n, const DeviceMatrix& w, float*
            blas.max_tokens());
   if (n == 0) return;
   if (n <= k_gemv_max_tokens) return gemv(x, n, w, y, bias);
+  CUBLAS_CHECK(cublasSetStream(static_cast<cublasHandle_t>(blas.handle()), stream()));
   switch (w.dtype) {
     case DType::F32:
       sgemm(static_cast<cublasHandle_t>(blas.handle()), x, n, static_cast<const float*>(w.data),

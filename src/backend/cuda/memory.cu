@@ -32,17 +32,36 @@ void DeviceBuffer::upload(const void* src, size_t bytes, size_t offset) {
   copy_to_device(static_cast<char*>(data_) + offset, src, bytes);
 }
 
+// Ordered after the ops issued so far on this thread's stream, and waited for.
 void copy_to_device(void* dst, const void* src, size_t bytes) {
-  if (bytes) CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
+  if (!bytes) return;
+  CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream()));
+  CUDA_CHECK(cudaStreamSynchronize(stream()));
 }
 
 void copy_to_host(void* dst, const void* src, size_t bytes) {
-  if (bytes) CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));
+  if (!bytes) return;
+  CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream()));
+  CUDA_CHECK(cudaStreamSynchronize(stream()));
+}
+
+void copy_to_device_async(void* dst, const void* src, size_t bytes) {
+  if (bytes) CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream()));
+}
+
+void copy_to_host_async(void* dst, const void* src, size_t bytes) {
+  if (bytes) CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream()));
 }
 
 void copy_on_device(void* dst, const void* src, size_t bytes) {
-  if (bytes) CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, 0));
+  if (bytes) CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream()));
 }
+
+void memset_async(void* dst, int value, size_t bytes) {
+  if (bytes) CUDA_CHECK(cudaMemsetAsync(dst, value, bytes, stream()));
+}
+
+void stream_synchronize() { CUDA_CHECK(cudaStreamSynchronize(stream())); }
 
 void synchronize() { CUDA_CHECK(cudaDeviceSynchronize()); }
 

@@ -1,5 +1,6 @@
-// moe: the experts layer on stacked expert weights. Decode: a fused gate/up GEMV and a down
-// GEMV per (token, k) slot, then a weighted combine, with no host sync. Prefill: slots grouped
+// moe: the experts layer on stacked expert weights. Decode: a fused gate/up GEMV per (token, k)
+// slot, then one down GEMV over all k fused with the weighted combine (and the residual add),
+// with no host sync. Prefill: slots grouped
 // by expert (count -> offsets -> gather, stable in slot order), per-expert matmul through
 // cuBLAS, then the same combine through the slot -> row map (top-k order, deterministic).
 #include <algorithm>
@@ -22,7 +23,9 @@ __global__ void gate_up_kernel(const float* __restrict__ x, const int32_t* __res
                                int64_t hidden, int64_t inter, float* __restrict__ act) {
   const int64_t r = blockIdx.x * int64_t{k_rows} + threadIdx.y, s = blockIdx.y;
   if (r >= inter) return;
-  const int64_t e = ids[s], off = (e * inter + r) * hidden;
+  const int64_t e = ids[s];
+  if (e < 0) return;  // computed elsewhere
+  const int64_t off = (e * inter + r) * hidden;
   const float* xt = x + (s / top_k) * hidden;
   float g[1] = {0.f}, u[1] = {0.f};
   warp_dot_partial<W, VEC, 1>(xt, hidden, gate + off, hidden, g);
@@ -31,24 +34,42 @@ __global__ void gate_up_kernel(const float* __restrict__ x, const int32_t* __res
   if (threadIdx.x == 0) act[s * inter + r] = silu(gs) * us;
 }
 
-// d[s, r] = act[s] . down[e][r].
+// out[t, r] (+)= sum_k w[t, k] * (act[t*top_k+k] . down[ids][r]), k ascending (ids < 0
+// skipped); a warp per output row, four experts' loads in flight at a time.
 template <typename W, bool VEC>
-__global__ void down_kernel(const float* __restrict__ act, const int32_t* __restrict__ ids,
-                            const W* __restrict__ down, int64_t hidden, int64_t inter,
-                            float* __restrict__ d) {
-  const int64_t r = blockIdx.x * int64_t{k_rows} + threadIdx.y, s = blockIdx.y;
+__global__ void down_combine_kernel(const float* __restrict__ act, const int32_t* __restrict__ ids,
+                                    const float* __restrict__ w, int top_k,
+                                    const W* __restrict__ down, int64_t hidden, int64_t inter,
+                                    bool accumulate, float* __restrict__ out) {
+  const int64_t r = blockIdx.x * int64_t{k_rows} + threadIdx.y, t = blockIdx.y;
   if (r >= hidden) return;
-  float acc[1] = {0.f};
-  warp_dot_partial<W, VEC, 1>(act + s * inter, inter, down + (ids[s] * hidden + r) * inter, inter,
-                              acc);
-  const float v = warp_sum(acc[0]);
-  if (threadIdx.x == 0) d[s * hidden + r] = v;
+  float o = 0.f;
+  for (int k0 = 0; k0 < top_k; k0 += 4) {
+    float acc[4][1] = {};
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int64_t s = t * top_k + k0 + j;
+      if (k0 + j >= top_k || ids[s] < 0) continue;
+      warp_dot_partial<W, VEC, 1>(act + s * inter, inter, down + (ids[s] * hidden + r) * inter,
+                                  inter, acc[j]);
+    }
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int64_t s = t * top_k + k0 + j;
+      if (k0 + j >= top_k || ids[s] < 0) continue;
+      o += w[s] * warp_sum(acc[j][0]);
+    }
+  }
+  if (threadIdx.x == 0) {
+    float* y = out + t * hidden + r;
+    *y = accumulate ? *y + o : o;
+  }
 }
 
 // out[t] = sum_k w[t, k] * d[row(t, k)], k ascending; row = slot_row[slot] or the slot itself.
 __global__ void combine_kernel(const float* __restrict__ d, const int32_t* __restrict__ slot_row,
                                const float* __restrict__ w, int top_k, int64_t hidden,
-                               float* __restrict__ out) {
+                               bool accumulate, float* __restrict__ out) {
   const int64_t t = blockIdx.x;
   for (int64_t j = threadIdx.x; j < hidden; j += blockDim.x) {
     float o = 0.f;
@@ -56,7 +77,7 @@ __global__ void combine_kernel(const float* __restrict__ d, const int32_t* __res
       const int64_t s = t * top_k + k, row = slot_row ? slot_row[s] : s;
       o += w[s] * d[row * hidden + j];
     }
-    out[t * hidden + j] = o;
+    out[t * hidden + j] = accumulate ? out[t * hidden + j] + o : o;
   }
 }
 
@@ -97,7 +118,6 @@ __global__ void gather_kernel(const float* __restrict__ x, const int32_t* __rest
 void decode(const DeviceExperts& e, const MoeArgs& a, MoeWorkspace& ws) {
   const int64_t slots = a.n * a.top_k, H = e.hidden, I = e.inter;
   float* act = ws.act.as<float>();
-  float* d = ws.down.as<float>();
   const int k = static_cast<int>(a.top_k);
   dispatch_weight_type(e.dtype, [&](auto tag) {
     using W = typename decltype(tag)::type;
@@ -107,23 +127,23 @@ void decode(const DeviceExperts& e, const MoeArgs& a, MoeWorkspace& ws) {
     const dim3 grid_gu(static_cast<unsigned>((I + k_rows - 1) / k_rows),
                        static_cast<unsigned>(slots));
     const dim3 grid_d(static_cast<unsigned>((H + k_rows - 1) / k_rows),
-                      static_cast<unsigned>(slots));
+                      static_cast<unsigned>(a.n));
     const bool vec_gu =
         vec_ok<W>(e.gate, H) && vec_ok<W>(e.up, H) && reinterpret_cast<uintptr_t>(a.x) % 16 == 0;
     const bool vec_d = vec_ok<W>(e.down, I) && I % 4 == 0;  // act rows: ld I, cudaMalloc'd
     if (vec_gu)
-      gate_up_kernel<W, true><<<grid_gu, block>>>(a.x, a.ids, k, g, u, H, I, act);
+      gate_up_kernel<W, true><<<grid_gu, block, 0, stream()>>>(a.x, a.ids, k, g, u, H, I, act);
     else
-      gate_up_kernel<W, false><<<grid_gu, block>>>(a.x, a.ids, k, g, u, H, I, act);
+      gate_up_kernel<W, false><<<grid_gu, block, 0, stream()>>>(a.x, a.ids, k, g, u, H, I, act);
     CUDA_CHECK_LAUNCH();
     if (vec_d)
-      down_kernel<W, true><<<grid_d, block>>>(act, a.ids, dn, H, I, d);
+      down_combine_kernel<W, true><<<grid_d, block, 0, stream()>>>(act, a.ids, a.weights, k, dn,
+                                                                    H, I, a.accumulate, a.out);
     else
-      down_kernel<W, false><<<grid_d, block>>>(act, a.ids, dn, H, I, d);
+      down_combine_kernel<W, false><<<grid_d, block, 0, stream()>>>(act, a.ids, a.weights, k, dn,
+                                                                     H, I, a.accumulate, a.out);
     CUDA_CHECK_LAUNCH();
   });
-  combine_kernel<<<static_cast<unsigned>(a.n), 256>>>(d, nullptr, a.weights, k, H, a.out);
-  CUDA_CHECK_LAUNCH();
 }
 
 void prefill(Blas& blas, const DeviceExperts& e, const MoeArgs& a, MoeWorkspace& ws) {
@@ -132,9 +152,9 @@ void prefill(Blas& blas, const DeviceExperts& e, const MoeArgs& a, MoeWorkspace&
   auto* offsets = ws.offsets.as<int32_t>();
   auto* row_slot = ws.row_slot.as<int32_t>();
   auto* slot_row = ws.slot_row.as<int32_t>();
-  group_kernel<<<1, 256>>>(a.ids, slots, static_cast<int>(E), offsets, row_slot, slot_row);
+  group_kernel<<<1, 256, 0, stream()>>>(a.ids, slots, static_cast<int>(E), offsets, row_slot, slot_row);
   CUDA_CHECK_LAUNCH();
-  gather_kernel<<<static_cast<unsigned>(slots), 128>>>(a.x, row_slot, k, H, ws.xs.as<float>());
+  gather_kernel<<<static_cast<unsigned>(slots), 128, 0, stream()>>>(a.x, row_slot, k, H, ws.xs.as<float>());
   CUDA_CHECK_LAUNCH();
   // The host needs the group sizes to size each expert's GEMM: one sync per MoE layer.
   copy_to_host(ws.host_offsets.data(), offsets, (E + 1) * sizeof(int32_t));
@@ -158,7 +178,7 @@ void prefill(Blas& blas, const DeviceExperts& e, const MoeArgs& a, MoeWorkspace&
     const int64_t r0 = ws.host_offsets[ex], cnt = ws.host_offsets[ex + 1] - r0;
     if (cnt > 0) matmul(blas, act + r0 * I, cnt, mat(e.down, ex, H, I), d + r0 * H);
   }
-  combine_kernel<<<static_cast<unsigned>(a.n), 256>>>(d, slot_row, a.weights, k, H, a.out);
+  combine_kernel<<<static_cast<unsigned>(a.n), 256, 0, stream()>>>(d, slot_row, a.weights, k, H, a.accumulate, a.out);
   CUDA_CHECK_LAUNCH();
 }
 }  // namespace

@@ -39,9 +39,9 @@ void rmsnorm(const float* x, int64_t n, int64_t dim, const float* w, float eps, 
   if (dim <= 1024) {
     const dim3 block(32, k_rows_per_block);
     const auto blocks = static_cast<unsigned>((n + k_rows_per_block - 1) / k_rows_per_block);
-    rmsnorm_warp_kernel<<<blocks, block>>>(x, n, dim, w, eps, y);
+    rmsnorm_warp_kernel<<<blocks, block, 0, stream()>>>(x, n, dim, w, eps, y);
   } else {
-    rmsnorm_block_kernel<<<static_cast<unsigned>(n), 256>>>(x, dim, w, eps, y);
+    rmsnorm_block_kernel<<<static_cast<unsigned>(n), 256, 0, stream()>>>(x, dim, w, eps, y);
   }
   CUDA_CHECK_LAUNCH();
 }

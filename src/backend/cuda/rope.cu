@@ -30,7 +30,7 @@ void rope(const RopeArgs& a) {
            "rope: bad arguments (rot_dim {}, head_dim {})", a.rot_dim, a.head_dim);
   const int64_t total = a.n * a.n_heads * (a.rot_dim / 2);
   if (total == 0) return;
-  rope_kernel<<<static_cast<unsigned>((total + 255) / 256), 256>>>(a);
+  rope_kernel<<<static_cast<unsigned>((total + 255) / 256), 256, 0, stream()>>>(a);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -78,7 +78,7 @@ void route_topk_softmax(const float* logits, int64_t n, int64_t n_experts, int64
            n_experts);
   if (n == 0) return;
   const dim3 block(32, k_warps);
-  route_kernel<<<static_cast<unsigned>((n + k_warps - 1) / k_warps), block>>>(
+  route_kernel<<<static_cast<unsigned>((n + k_warps - 1) / k_warps), block, 0, stream()>>>(
       logits, n, static_cast<int>(n_experts), static_cast<int>(top_k), renormalize, ids, weights);
   CUDA_CHECK_LAUNCH();
 }

@@ -16,7 +16,7 @@ __global__ void silu_mul_kernel(const float* __restrict__ g, const float* __rest
 void silu_mul(const float* g, const float* u, int64_t count, float* y) {
   if (count == 0) return;
   const int64_t blocks = (count + 255) / 256;
-  silu_mul_kernel<<<static_cast<unsigned>(blocks < 65535 ? blocks : 65535), 256>>>(g, u, count, y);
+  silu_mul_kernel<<<static_cast<unsigned>(blocks < 65535 ? blocks : 65535), 256, 0, stream()>>>(g, u, count, y);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -1,4 +1,5 @@
-// Streams, events and page-locked host memory: the plumbing of the expert offload copies.
+// Streams, events, graph capture and page-locked host memory: the current-stream plumbing every
+// op launches through, the expert offload copies, and the captured decode step.
 #include <utility>
 
 #include "backend/cuda/common.cuh"
@@ -8,7 +9,56 @@ namespace ft::cuda {
 
 namespace {
 cudaEvent_t ev(const Event& e) { return static_cast<cudaEvent_t>(e.handle()); }
+thread_local cudaStream_t t_stream = nullptr;  // nullptr: the legacy default stream
 }  // namespace
+
+cudaStream_t stream() { return t_stream; }
+
+Stream::Stream() {
+  cudaStream_t s;
+  // Blocking: ordered with the legacy default stream like the ops that run there.
+  CUDA_CHECK(cudaStreamCreate(&s));
+  handle_ = s;
+}
+
+Stream::~Stream() {
+  if (handle_) {
+    cudaStreamSynchronize(static_cast<cudaStream_t>(handle_));
+    cudaStreamDestroy(static_cast<cudaStream_t>(handle_));
+  }
+}
+
+void Stream::synchronize() {
+  CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(handle_)));
+}
+
+StreamScope::StreamScope(const Stream& s) : prev_(t_stream) {
+  t_stream = static_cast<cudaStream_t>(s.handle());
+}
+StreamScope::~StreamScope() { t_stream = static_cast<cudaStream_t>(prev_); }
+
+Graph::~Graph() {
+  if (exec_) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(exec_));
+}
+
+void Graph::capture_begin() {
+  FT_CHECK(stream() != nullptr && !exec_, "graph capture needs a Stream in scope, once");
+  CUDA_CHECK(cudaStreamBeginCapture(stream(), cudaStreamCaptureModeThreadLocal));
+}
+
+void Graph::capture_end() {
+  cudaGraph_t g = nullptr;
+  CUDA_CHECK(cudaStreamEndCapture(stream(), &g));
+  cudaGraphExec_t e = nullptr;
+  CUDA_CHECK(cudaGraphInstantiate(&e, g, 0));
+  CUDA_CHECK(cudaGraphDestroy(g));
+  exec_ = e;
+}
+
+void Graph::launch() {
+  FT_CHECK(exec_, "graph launch before capture");
+  CUDA_CHECK(cudaGraphLaunch(static_cast<cudaGraphExec_t>(exec_), stream()));
+}
 
 Event::Event() {
   cudaEvent_t e;
@@ -52,13 +102,19 @@ void CopyStream::synchronize() {
   CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(handle_)));
 }
 
-void record_on_default(Event& e) { CUDA_CHECK(cudaEventRecord(ev(e), cudaStreamLegacy)); }
-void wait_on_default(const Event& e) {
-  CUDA_CHECK(cudaStreamWaitEvent(cudaStreamLegacy, ev(e), 0));
-}
+void record_on_default(Event& e) { CUDA_CHECK(cudaEventRecord(ev(e), stream())); }
+void wait_on_default(const Event& e) { CUDA_CHECK(cudaStreamWaitEvent(stream(), ev(e), 0)); }
 
 PinnedBuffer::PinnedBuffer(size_t bytes) : bytes_(bytes) {
-  if (bytes > 0) CUDA_CHECK(cudaHostAlloc(&data_, bytes, cudaHostAllocPortable));
+  if (bytes > 0)
+    CUDA_CHECK(cudaHostAlloc(&data_, bytes, cudaHostAllocPortable | cudaHostAllocMapped));
+}
+
+void* PinnedBuffer::device_data() const {
+  if (!data_) return nullptr;
+  void* d = nullptr;
+  CUDA_CHECK(cudaHostGetDevicePointer(&d, data_, 0));
+  return d;
 }
 
 PinnedBuffer::~PinnedBuffer() {

@@ -1,0 +1,142 @@
+// slot_cache: ExpertCache::ensure (experts/expert_cache.cpp) as one device block, so a decode
+// step's cache bookkeeping needs no host round trip and can be captured in a CUDA graph.
+// Lookups run in parallel; thread 0 does the short serial parts on shared memory (distinct
+// ids, miss order); the victim search (least recently used slot not used this step, lowest
+// index on ties) is a block-wide min per miss.
+#include <algorithm>
+
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/cuda_ops.h"
+
+namespace ft::cuda {
+
+namespace {
+constexpr int k_threads = 1024;
+constexpr int k_max_ids = 256;
+
+__device__ __forceinline__ unsigned long long warp_min(unsigned long long v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = min(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// ---- kernels
+__global__ void __launch_bounds__(k_threads) ensure_kernel(const __grid_constant__ SlotEnsureArgs a) {
+  __shared__ int32_t ids[k_max_ids], active[k_max_ids], slot_of[k_max_ids], miss[k_max_ids];
+  __shared__ long long rec[k_max_ids];
+  __shared__ int n_active, n_miss;
+  __shared__ unsigned long long partial[k_threads / 32];
+  const SlotCacheState& s = a.s;
+  const int64_t base = a.layer * s.n_experts;
+  const int tid = threadIdx.x;
+  const long long step = s.counters[SC_STEP] + 1;  // every thread reads it before thread 0 bumps
+  if (tid < a.count) ids[tid] = a.ids[tid];
+  __syncthreads();
+  if (tid == 0) {
+    s.counters[SC_STEP] = step;
+    int na = 0;
+    for (int64_t i = 0; i < a.count; ++i) {  // distinct, first-occurrence order
+      bool seen = false;
+      for (int j = 0; j < na; ++j) seen = seen || active[j] == ids[i];
+      if (!seen) active[na++] = ids[i];
+    }
+    n_active = na;
+  }
+  __syncthreads();
+  const int na = n_active;
+  if (tid < na) {  // lookups in parallel; hits are touched
+    const int32_t sl = s.slot_for_id[base + active[tid]];
+    slot_of[tid] = sl;
+    rec[tid] = s.recency[base + active[tid]];
+    if (sl >= 0) s.usage[sl] = step;
+  }
+  __syncthreads();
+  if (tid == 0) {
+    int nm = 0;
+    for (int i = 0; i < na; ++i)
+      if (slot_of[i] < 0) miss[nm++] = i;
+    // Fetch priority: most recently active first, then lower id (insertion sort, few items).
+    for (int i = 1; i < nm; ++i) {
+      const int m = miss[i];
+      int j = i - 1;
+      while (j >= 0) {
+        const int o = miss[j];
+        if (rec[o] > rec[m] || (rec[o] == rec[m] && active[o] < active[m])) break;
+        miss[j + 1] = o;
+        --j;
+      }
+      miss[j + 1] = m;
+    }
+    n_miss = nm;
+    *a.n_fetch = nm;
+    s.counters[SC_LOOKUPS] += na;
+    s.counters[SC_HITS] += na - nm;
+    s.counters[SC_MISSES] += nm;
+    s.counters[SC_FETCHED] += nm;
+  }
+  __syncthreads();
+  const int lane = tid & 31, warp = tid >> 5;
+  for (int mi = 0; mi < n_miss; ++mi) {
+    // Victim: min over slots of (usage, index), slots used this step excluded.
+    unsigned long long best = ~0ull;
+    for (int64_t sl = tid; sl < s.slots; sl += k_threads) {
+      const long long u = s.usage[sl];
+      if (u != step) best = min(best, (static_cast<unsigned long long>(u) << 24) | sl);
+    }
+    best = warp_min(best);
+    if (lane == 0) partial[warp] = best;
+    __syncthreads();
+    if (tid == 0) {
+      for (int w = 1; w < k_threads / 32; ++w) best = min(best, partial[w]);
+      const int i = miss[mi];
+      const int32_t victim = static_cast<int32_t>(best & 0xffffff);  // host checked: one exists
+      const int32_t old = s.id_of_slot[victim];
+      if (old >= 0) {
+        s.slot_for_id[old] = -1;
+        ++s.counters[SC_EVICTIONS];
+      }
+      const int32_t flat = static_cast<int32_t>(base + active[i]);
+      s.id_of_slot[victim] = flat;
+      s.slot_for_id[flat] = victim;
+      s.usage[victim] = step;
+      slot_of[i] = victim;
+      a.fetch[mi] = active[i];
+      a.fetch_slot[mi] = victim;
+    }
+    __syncthreads();
+  }
+  if (tid < na) s.recency[base + active[tid]] = step;
+  if (tid < a.count) {
+    int i = 0;
+    while (active[i] != ids[tid]) ++i;
+    a.slot_ids[tid] = slot_of[i];
+  }
+}
+
+__global__ void reset_kernel(SlotCacheState s, int64_t n_ids) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n_ids;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    s.slot_for_id[i] = -1;
+    if (i < s.slots) s.id_of_slot[i] = -1, s.usage[i] = 0;
+  }
+}
+}  // namespace
+
+// ---- launchers
+void slot_cache_ensure(const SlotEnsureArgs& a) {
+  FT_CHECK(a.count > 0 && a.count <= k_max_ids && a.s.slots >= a.s.n_experts &&
+               a.s.slots < (1 << 24) && a.ids && a.slot_ids && a.fetch && a.fetch_slot &&
+               a.n_fetch,
+           "slot_cache_ensure: {} ids, {} slots", a.count, a.s.slots);
+  ensure_kernel<<<1, k_threads, 0, stream()>>>(a);
+  CUDA_CHECK_LAUNCH();
+}
+
+void slot_cache_reset(const SlotCacheState& s, int64_t n_ids) {
+  FT_CHECK(n_ids >= s.slots, "slot_cache_reset: {} ids < {} slots", n_ids, s.slots);
+  const int64_t blocks = std::min<int64_t>((n_ids + 255) / 256, 1024);
+  reset_kernel<<<static_cast<unsigned>(blocks), 256, 0, stream()>>>(s, n_ids);
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace ft::cuda
