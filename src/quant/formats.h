@@ -6,16 +6,20 @@
 //   decode(const Block&, uint8_t* u, float* d, float* m): the same values as unsigned codes
 //     with an affine map per 16-element group g: w[i] = d[g] * u[i] + m[g]; kMaxU bounds u.
 //     Every format's dot product with int8 activations is written once over this form.
+//     kHasBook: decode() writes 4-bit codebook indices and u = kBook.v[index] (a 16-entry
+//     byte table, so SIMD kernels map whole rows with one shuffle); code<F>() applies it.
 // Layouts follow ggml's ggml-common.h (GGUF formats), the OCP MX spec (MXFP4) and NVIDIA
 // ModelOpt (NVFP4, with our 16-element block: scale byte then 8 bytes of e2m1 pairs).
 #pragma once
 #include <cstdint>
+#include <cstring>
 
 #if defined(__CUDACC__)
 #define FT_QHD __host__ __device__ __forceinline__
 #else
 #define FT_QHD inline
 #endif
+#define FT_RESTRICT __restrict__
 
 namespace ft::quant {
 
@@ -28,27 +32,31 @@ FT_QHD float bits_f32(uint32_t u) {
   return c.f;
 }
 
-FT_QHD float half_f32(uint16_t h) {  // IEEE binary16, exact
-  const uint32_t sign = (h & 0x8000u) << 16, e = (h >> 10) & 0x1f, m = h & 0x3ff;
-  if (e == 0) {
-    const float v = static_cast<float>(m) * 5.9604644775390625e-8f;  // m * 2^-24
-    return (h & 0x8000u) ? -v : v;
-  }
-  if (e == 0x1f) return bits_f32(sign | 0x7f800000u | (m << 13));
-  return bits_f32(sign | ((e + 112) << 23) | (m << 13));
+FT_QHD uint32_t f32_bits(float f) {
+  union {
+    float f;
+    uint32_t u;
+  } c{f};
+  return c.u;
+}
+
+// IEEE binary16, exact. Branch-free, and subnormals go through an integer convert: a denormal
+// float operand would cost a microcode assist per block (Q6_K / IQ4_XS scales often are
+// fp16 subnormals).
+FT_QHD float half_f32(uint16_t h) {
+  const uint32_t e = h & 0x7c00u, mag = static_cast<uint32_t>(h & 0x7fff) << 13;
+  float v = bits_f32(e == 0x7c00u ? (mag | 0x7f800000u) : mag + 0x38000000u);  // rebias 15 -> 127
+  if (e == 0) v = static_cast<float>(h & 0x3ff) * 5.9604644775390625e-8f;   // m * 2^-24
+  return bits_f32(f32_bits(v) | (static_cast<uint32_t>(h & 0x8000) << 16));
 }
 
 // OCP FP8 E4M3 (fn): bias 7, no infinities, S.1111.111 is NaN, max 448.
 FT_QHD float e4m3_f32(uint8_t b) {
-  const uint32_t e = (b >> 3) & 15, m = b & 7;
-  float v;
-  if (e == 0)
-    v = static_cast<float>(m) * 0.001953125f;  // m * 2^-9
-  else if (e == 15 && m == 7)
-    v = bits_f32(0x7fc00000u);
-  else
-    v = bits_f32(((e + 120) << 23) | (m << 20));
-  return (b & 0x80) ? -v : v;
+  const uint32_t a = b & 0x7fu;
+  float v = bits_f32((a << 20) + (120u << 23));                    // normal: rebias 7 -> 127
+  if (a < 8) v = static_cast<float>(a) * 0.001953125f;            // subnormal: m * 2^-9
+  if (a == 0x7f) v = bits_f32(0x7fc00000u);                        // S.1111.111: NaN
+  return bits_f32(f32_bits(v) | (static_cast<uint32_t>(b & 0x80) << 24));
 }
 
 // OCP E8M0 scale 2^(e-127) (255 is NaN).
@@ -57,11 +65,47 @@ FT_QHD float e8m0_f32(uint8_t e) {
   return e == 0 ? bits_f32(0x00400000u) : bits_f32(static_cast<uint32_t>(e) << 23);
 }
 
+// Low nibbles of q[0..15] to lo[0..15], high nibbles to hi[0..15]; 8 bytes per word (SWAR),
+// which compilers keep in registers where a byte loop would not vectorize.
+FT_QHD void split_nibbles16(const uint8_t* q, uint8_t* FT_RESTRICT lo, uint8_t* FT_RESTRICT hi) {
+  for (int h = 0; h < 2; ++h) {
+    uint64_t w;
+    memcpy(&w, q + 8 * h, 8);
+    const uint64_t l = w & 0x0f0f0f0f0f0f0f0full, u = (w >> 4) & 0x0f0f0f0f0f0f0f0full;
+    memcpy(lo + 8 * h, &l, 8);
+    memcpy(hi + 8 * h, &u, 8);
+  }
+}
+
+// Byte j of q[0..7] to out[2j] (low nibble) and out[2j + 1] (high nibble), SWAR.
+FT_QHD void interleave_nibbles8(const uint8_t* q, uint8_t* FT_RESTRICT out) {
+  for (int h = 0; h < 2; ++h) {
+    uint32_t v;
+    memcpy(&v, q + 4 * h, 4);
+    uint64_t t = (static_cast<uint64_t>(v) | (static_cast<uint64_t>(v) << 16)) & 0x0000ffff0000ffffull;
+    t = (t | (t << 8)) & 0x00ff00ff00ff00ffull;  // byte i in 16-bit lane i
+    const uint64_t r = (t & 0x000f000f000f000full) | (((t >> 4) & 0x000f000f000f000full) << 8);
+    memcpy(out + 8 * h, &r, 8);
+  }
+}
+
 // E2M1 codes doubled so they are integers: {0, .5, 1, 1.5, 2, 3, 4, 6} x 2, sign in bit 3.
 constexpr int8_t k_e2m1_x2[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
 // IQ4_NL / IQ4_XS non-linear 4-bit codebook.
 constexpr int8_t k_iq4nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
                                 1,    13,   25,  38,  53,  69,  89,  113};
+
+// A 16-entry byte codebook: a signed table shifted by `off` into unsigned codes.
+struct Book {
+  uint8_t v[16];
+};
+constexpr Book make_book(const int8_t (&t)[16], int off) {
+  Book b{};
+  for (int i = 0; i < 16; ++i) b.v[i] = static_cast<uint8_t>(t[i] + off);
+  return b;
+}
+constexpr Book k_iq4nl_book = make_book(k_iq4nl, 128);
+constexpr Book k_e2m1_book = make_book(k_e2m1_x2, 12);
 
 // Q4_K / Q5_K: 6-bit scale and min of sub-block j (0..7) from the 12 packed bytes.
 FT_QHD void k4_scale_min(int j, const uint8_t* s, int* sc, int* mn) {
@@ -107,6 +151,7 @@ static_assert(sizeof(BlockMXFP4) == 17 && sizeof(BlockNVFP4) == 9);
 struct Q4_0 {
   using Block = BlockQ4_0;
   static constexpr int kElems = 32, kMaxU = 15;
+  static constexpr bool kHasBook = false;
   static FT_QHD void dequant(const Block& b, float* y) {
     const float d = half_f32(b.d);
     for (int i = 0; i < 16; ++i) {
@@ -114,11 +159,8 @@ struct Q4_0 {
       y[i + 16] = static_cast<float>((b.qs[i] >> 4) - 8) * d;
     }
   }
-  static FT_QHD void decode(const Block& b, uint8_t* u, float* d, float* m) {
-    for (int i = 0; i < 16; ++i) {
-      u[i] = b.qs[i] & 0xf;
-      u[i + 16] = b.qs[i] >> 4;
-    }
+  static FT_QHD void decode(const Block& b, uint8_t* FT_RESTRICT u, float* FT_RESTRICT d, float* FT_RESTRICT m) {
+    split_nibbles16(b.qs, u, u + 16);
     d[0] = d[1] = half_f32(b.d);
     m[0] = m[1] = -8.f * d[0];
   }
@@ -127,6 +169,7 @@ struct Q4_0 {
 struct Q4_1 {
   using Block = BlockQ4_1;
   static constexpr int kElems = 32, kMaxU = 15;
+  static constexpr bool kHasBook = false;
   static FT_QHD void dequant(const Block& b, float* y) {
     const float d = half_f32(b.d), m = half_f32(b.m);
     for (int i = 0; i < 16; ++i) {
@@ -134,11 +177,8 @@ struct Q4_1 {
       y[i + 16] = static_cast<float>(b.qs[i] >> 4) * d + m;
     }
   }
-  static FT_QHD void decode(const Block& b, uint8_t* u, float* d, float* m) {
-    for (int i = 0; i < 16; ++i) {
-      u[i] = b.qs[i] & 0xf;
-      u[i + 16] = b.qs[i] >> 4;
-    }
+  static FT_QHD void decode(const Block& b, uint8_t* FT_RESTRICT u, float* FT_RESTRICT d, float* FT_RESTRICT m) {
+    split_nibbles16(b.qs, u, u + 16);
     d[0] = d[1] = half_f32(b.d);
     m[0] = m[1] = half_f32(b.m);
   }
@@ -147,11 +187,12 @@ struct Q4_1 {
 struct Q8_0 {
   using Block = BlockQ8_0;
   static constexpr int kElems = 32, kMaxU = 255;
+  static constexpr bool kHasBook = false;
   static FT_QHD void dequant(const Block& b, float* y) {
     const float d = half_f32(b.d);
     for (int i = 0; i < 32; ++i) y[i] = static_cast<float>(b.qs[i]) * d;
   }
-  static FT_QHD void decode(const Block& b, uint8_t* u, float* d, float* m) {
+  static FT_QHD void decode(const Block& b, uint8_t* FT_RESTRICT u, float* FT_RESTRICT d, float* FT_RESTRICT m) {
     for (int i = 0; i < 32; ++i) u[i] = static_cast<uint8_t>(b.qs[i] + 128);
     d[0] = d[1] = half_f32(b.d);
     m[0] = m[1] = -128.f * d[0];
@@ -163,6 +204,8 @@ struct Q8_0 {
 struct IQ4_NL {
   using Block = BlockIQ4_NL;
   static constexpr int kElems = 32, kMaxU = 255;
+  static constexpr bool kHasBook = true;
+  static constexpr const Book& kBook = k_iq4nl_book;
   static FT_QHD void dequant(const Block& b, float* y) {
     const float d = half_f32(b.d);
     for (int i = 0; i < 16; ++i) {
@@ -170,11 +213,8 @@ struct IQ4_NL {
       y[i + 16] = d * static_cast<float>(k_iq4nl[b.qs[i] >> 4]);
     }
   }
-  static FT_QHD void decode(const Block& b, uint8_t* u, float* d, float* m) {
-    for (int i = 0; i < 16; ++i) {
-      u[i] = static_cast<uint8_t>(k_iq4nl[b.qs[i] & 0xf] + 128);
-      u[i + 16] = static_cast<uint8_t>(k_iq4nl[b.qs[i] >> 4] + 128);
-    }
+  static FT_QHD void decode(const Block& b, uint8_t* FT_RESTRICT u, float* FT_RESTRICT d, float* FT_RESTRICT m) {
+    split_nibbles16(b.qs, u, u + 16);
     d[0] = d[1] = half_f32(b.d);
     m[0] = m[1] = -128.f * d[0];
   }
@@ -184,6 +224,8 @@ struct IQ4_NL {
 struct MXFP4 {
   using Block = BlockMXFP4;
   static constexpr int kElems = 32, kMaxU = 24;
+  static constexpr bool kHasBook = true;
+  static constexpr const Book& kBook = k_e2m1_book;
   static FT_QHD float scale(const Block& b) { return 0.5f * e8m0_f32(b.e); }
   static FT_QHD void dequant(const Block& b, float* y) {
     const float d = scale(b);
@@ -192,11 +234,8 @@ struct MXFP4 {
       y[i + 16] = static_cast<float>(k_e2m1_x2[b.qs[i] >> 4]) * d;
     }
   }
-  static FT_QHD void decode(const Block& b, uint8_t* u, float* d, float* m) {
-    for (int i = 0; i < 16; ++i) {
-      u[i] = static_cast<uint8_t>(k_e2m1_x2[b.qs[i] & 0xf] + 12);
-      u[i + 16] = static_cast<uint8_t>(k_e2m1_x2[b.qs[i] >> 4] + 12);
-    }
+  static FT_QHD void decode(const Block& b, uint8_t* FT_RESTRICT u, float* FT_RESTRICT d, float* FT_RESTRICT m) {
+    split_nibbles16(b.qs, u, u + 16);
     d[0] = d[1] = scale(b);
     m[0] = m[1] = -12.f * d[0];
   }
@@ -207,6 +246,8 @@ struct MXFP4 {
 struct NVFP4 {
   using Block = BlockNVFP4;
   static constexpr int kElems = 16, kMaxU = 24;
+  static constexpr bool kHasBook = true;
+  static constexpr const Book& kBook = k_e2m1_book;
   static FT_QHD void dequant(const Block& b, float* y) {
     const float d = 0.5f * e4m3_f32(b.d);
     for (int j = 0; j < 8; ++j) {
@@ -214,11 +255,8 @@ struct NVFP4 {
       y[2 * j + 1] = static_cast<float>(k_e2m1_x2[b.qs[j] >> 4]) * d;
     }
   }
-  static FT_QHD void decode(const Block& b, uint8_t* u, float* d, float* m) {
-    for (int j = 0; j < 8; ++j) {
-      u[2 * j] = static_cast<uint8_t>(k_e2m1_x2[b.qs[j] & 0xf] + 12);
-      u[2 * j + 1] = static_cast<uint8_t>(k_e2m1_x2[b.qs[j] >> 4] + 12);
-    }
+  static FT_QHD void decode(const Block& b, uint8_t* FT_RESTRICT u, float* FT_RESTRICT d, float* FT_RESTRICT m) {
+    interleave_nibbles8(b.qs, u);
     d[0] = 0.5f * e4m3_f32(b.d);
     m[0] = -12.f * d[0];
   }
@@ -231,6 +269,7 @@ struct NVFP4 {
 struct Q2_K {
   using Block = BlockQ2_K;
   static constexpr int kElems = 256, kMaxU = 3;
+  static constexpr bool kHasBook = false;
   static FT_QHD int q(const Block& b, int e) {
     return (b.qs[32 * (e >> 7) + (e & 31)] >> (2 * ((e >> 5) & 3))) & 3;
   }
@@ -242,7 +281,7 @@ struct Q2_K {
              dmin * static_cast<float>(sc >> 4);
     }
   }
-  static FT_QHD void decode(const Block& b, uint8_t* u, float* d, float* m) {
+  static FT_QHD void decode(const Block& b, uint8_t* FT_RESTRICT u, float* FT_RESTRICT d, float* FT_RESTRICT m) {
     for (int n = 0; n < 2; ++n)
       for (int j = 0; j < 4; ++j)
         for (int l = 0; l < 32; ++l) u[128 * n + 32 * j + l] = (b.qs[32 * n + l] >> (2 * j)) & 3;
@@ -259,6 +298,7 @@ struct Q2_K {
 struct Q3_K {
   using Block = BlockQ3_K;
   static constexpr int kElems = 256, kMaxU = 7;
+  static constexpr bool kHasBook = false;
   static FT_QHD int q(const Block& b, int e) {
     const int n = e >> 7, j = (e >> 5) & 3, l = e & 31;
     const int lo = (b.qs[32 * n + l] >> (2 * j)) & 3;
@@ -270,7 +310,7 @@ struct Q3_K {
     for (int e = 0; e < 256; ++e)
       y[e] = d * static_cast<float>(k3_scale(e >> 4, b.scales)) * static_cast<float>(q(b, e) - 4);
   }
-  static FT_QHD void decode(const Block& b, uint8_t* u, float* d, float* m) {
+  static FT_QHD void decode(const Block& b, uint8_t* FT_RESTRICT u, float* FT_RESTRICT d, float* FT_RESTRICT m) {
     for (int n = 0; n < 2; ++n)
       for (int j = 0; j < 4; ++j)
         for (int l = 0; l < 32; ++l)
@@ -290,6 +330,7 @@ struct Q3_K {
 struct Q4_K {
   using Block = BlockQ4_K;
   static constexpr int kElems = 256, kMaxU = 15;
+  static constexpr bool kHasBook = false;
   static FT_QHD void dequant(const Block& b, float* y) {
     const float d = half_f32(b.d), dmin = half_f32(b.dmin);
     for (int c = 0; c < 4; ++c) {
@@ -304,12 +345,11 @@ struct Q4_K {
       }
     }
   }
-  static FT_QHD void decode(const Block& b, uint8_t* u, float* d, float* m) {
-    for (int c = 0; c < 4; ++c)
-      for (int l = 0; l < 32; ++l) {
-        u[64 * c + l] = b.qs[32 * c + l] & 0xf;
-        u[64 * c + 32 + l] = b.qs[32 * c + l] >> 4;
-      }
+  static FT_QHD void decode(const Block& b, uint8_t* FT_RESTRICT u, float* FT_RESTRICT d, float* FT_RESTRICT m) {
+    for (int c = 0; c < 4; ++c) {
+      split_nibbles16(b.qs + 32 * c, u + 64 * c, u + 64 * c + 32);
+      split_nibbles16(b.qs + 32 * c + 16, u + 64 * c + 16, u + 64 * c + 48);
+    }
     const float dd = half_f32(b.d), dm = half_f32(b.dmin);
     for (int s = 0; s < 8; ++s) {
       int sc, mn;
@@ -324,6 +364,7 @@ struct Q4_K {
 struct Q5_K {
   using Block = BlockQ5_K;
   static constexpr int kElems = 256, kMaxU = 31;
+  static constexpr bool kHasBook = false;
   static FT_QHD void dequant(const Block& b, float* y) {
     const float d = half_f32(b.d), dmin = half_f32(b.dmin);
     for (int c = 0; c < 4; ++c) {
@@ -340,7 +381,7 @@ struct Q5_K {
       }
     }
   }
-  static FT_QHD void decode(const Block& b, uint8_t* u, float* d, float* m) {
+  static FT_QHD void decode(const Block& b, uint8_t* FT_RESTRICT u, float* FT_RESTRICT d, float* FT_RESTRICT m) {
     for (int c = 0; c < 4; ++c)
       for (int l = 0; l < 32; ++l) {
         u[64 * c + l] = static_cast<uint8_t>((b.qs[32 * c + l] & 0xf) |
@@ -364,6 +405,7 @@ struct Q5_K {
 struct Q6_K {
   using Block = BlockQ6_K;
   static constexpr int kElems = 256, kMaxU = 63;
+  static constexpr bool kHasBook = false;
   static FT_QHD int q(const Block& b, int e) {
     const int n = e >> 7, i = (e >> 5) & 3, l = e & 31;
     const int lo = (b.ql[64 * n + l + 32 * (i & 1)] >> (4 * (i >> 1))) & 0xf;
@@ -374,7 +416,7 @@ struct Q6_K {
     for (int e = 0; e < 256; ++e)
       y[e] = d * static_cast<float>(b.scales[e >> 4]) * static_cast<float>(q(b, e) - 32);
   }
-  static FT_QHD void decode(const Block& b, uint8_t* u, float* d, float* m) {
+  static FT_QHD void decode(const Block& b, uint8_t* FT_RESTRICT u, float* FT_RESTRICT d, float* FT_RESTRICT m) {
     for (int n = 0; n < 2; ++n)
       for (int i = 0; i < 4; ++i)
         for (int l = 0; l < 32; ++l)
@@ -394,6 +436,8 @@ struct Q6_K {
 struct IQ4_XS {
   using Block = BlockIQ4_XS;
   static constexpr int kElems = 256, kMaxU = 255;
+  static constexpr bool kHasBook = true;
+  static constexpr const Book& kBook = k_iq4nl_book;
   static FT_QHD int scale(const Block& b, int s) {
     return (((b.scales_l[s >> 1] >> (4 * (s & 1))) & 0xf) | (((b.scales_h >> (2 * s)) & 3) << 4)) -
            32;
@@ -408,12 +452,8 @@ struct IQ4_XS {
       }
     }
   }
-  static FT_QHD void decode(const Block& b, uint8_t* u, float* d, float* m) {
-    for (int s = 0; s < 8; ++s)
-      for (int i = 0; i < 16; ++i) {
-        u[32 * s + i] = static_cast<uint8_t>(k_iq4nl[b.qs[16 * s + i] & 0xf] + 128);
-        u[32 * s + i + 16] = static_cast<uint8_t>(k_iq4nl[b.qs[16 * s + i] >> 4] + 128);
-      }
+  static FT_QHD void decode(const Block& b, uint8_t* FT_RESTRICT u, float* FT_RESTRICT d, float* FT_RESTRICT m) {
+    for (int s = 0; s < 8; ++s) split_nibbles16(b.qs + 16 * s, u + 32 * s, u + 32 * s + 16);
     const float dd = half_f32(b.d);
     for (int s = 0; s < 8; ++s) {
       d[2 * s] = d[2 * s + 1] = dd * static_cast<float>(scale(b, s));
@@ -421,6 +461,15 @@ struct IQ4_XS {
     }
   }
 };
+
+// Code u of decode() output v: through the codebook where the format has one.
+template <class F>
+FT_QHD uint8_t code(uint8_t v) {
+  if constexpr (F::kHasBook)
+    return F::kBook.v[v];
+  else
+    return v;
+}
 
 // Calls fn(F{}) with the traits type of a block-format QuantType id (ggml/our ids, see quant.h);
 // returns false for types without a block traits struct (F32, F16, BF16, FP8_E4M3_B128).

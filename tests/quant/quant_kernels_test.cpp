@@ -92,7 +92,7 @@ double decode_magnitude(const QuantMatrix& m, const float* x, int64_t t, int64_t
     for (int64_t b = 0; b < m.cols / F::kElems; ++b) {
       F::decode(blk[b], u, d, mm);
       for (int i = 0; i < F::kElems; ++i)
-        mag += (std::fabs(d[i / 16]) * u[i] + std::fabs(mm[i / 16])) *
+        mag += (std::fabs(d[i / 16]) * quant::code<F>(u[i]) + std::fabs(mm[i / 16])) *
                std::fabs(x[t * m.cols + b * F::kElems + i]);
     }
   });

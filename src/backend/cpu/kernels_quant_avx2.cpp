@@ -57,6 +57,19 @@ struct Avx2Q {
     }
     return r;
   }
+  static void lut16(uint8_t* u, int64_t n, const uint8_t* book) {
+    const __m128i t = _mm_loadu_si128(reinterpret_cast<const __m128i*>(book));
+    const __m256i t2 = _mm256_broadcastsi128_si256(t);
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+      auto* p = reinterpret_cast<__m256i*>(u + i);
+      _mm256_storeu_si256(p, _mm256_shuffle_epi8(t2, _mm256_loadu_si256(p)));
+    }
+    for (; i < n; i += 16) {
+      auto* p = reinterpret_cast<__m128i*>(u + i);
+      _mm_storeu_si128(p, _mm_shuffle_epi8(t, _mm_loadu_si128(p)));
+    }
+  }
   static float dot_f32(const float* a, const float* b, int64_t n) {
     __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
     int64_t i = 0;

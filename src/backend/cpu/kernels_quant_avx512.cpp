@@ -40,6 +40,16 @@ struct Avx512Q {
     }
     return r;
   }
+  static void lut16(uint8_t* u, int64_t n, const uint8_t* book) {
+    const __m512i t = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(book)));
+    int64_t i = 0;
+    for (; i + 64 <= n; i += 64)
+      _mm512_storeu_si512(u + i, _mm512_shuffle_epi8(t, _mm512_loadu_si512(u + i)));
+    for (; i < n; i += 16) {
+      auto* p = reinterpret_cast<__m128i*>(u + i);
+      _mm_storeu_si128(p, _mm_shuffle_epi8(_mm512_castsi512_si128(t), _mm_loadu_si128(p)));
+    }
+  }
   static float dot_f32(const float* a, const float* b, int64_t n) {
     __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
     int64_t i = 0;

@@ -16,6 +16,9 @@ struct ScalarQ {
     }
     return acc;
   }
+  static void lut16(uint8_t* u, int64_t n, const uint8_t* book) {
+    for (int64_t i = 0; i < n; ++i) u[i] = book[u[i]];
+  }
   static float dot_f32(const float* a, const float* b, int64_t n) {
     float acc = 0.f;
     for (int64_t i = 0; i < n; ++i) acc += a[i] * b[i];

@@ -4,7 +4,9 @@
 //                                        const float* dx, int64_t ng)
 //       = sum over groups g < ng of d[g] * dx[g] * sum_{i<16} u[16g + i] * q[16g + i]
 //     (MaxU bounds u, so an ISA may use 8-bit multiplies when the products cannot saturate);
-//   float dot_f32(const float* a, const float* b, int64_t n).
+//   float dot_f32(const float* a, const float* b, int64_t n);
+//   void lut16(uint8_t* u, int64_t n, const uint8_t* book): u[i] = book[u[i]] (u[i] < 16,
+//     n a multiple of 16) -- the codebook step of formats with kHasBook.
 // Include only from a translation unit compiled for Q's instruction set.
 #pragma once
 #include <cstdint>
@@ -35,6 +37,7 @@ void gemm(const QActs& x, int64_t n, int64_t k, const uint8_t* w, size_t row_byt
     const auto* blk = reinterpret_cast<const typename F::Block*>(w + r * row_bytes);
     for (int64_t b = 0; b < nb; ++b)
       F::decode(blk[b], u + b * F::kElems, d + b * (F::kElems / 16), m + b * (F::kElems / 16));
+    if constexpr (F::kHasBook) Q::lut16(u, k, F::kBook.v);
     for (int64_t t = 0; t < n; ++t) {
       const float dot = Q::template dot_groups<F::kMaxU>(u, x.q + t * k, d, x.d + t * ng, ng);
       y[t * ldy + r] = post * (dot + Q::dot_f32(m, x.s + t * ng, ng));
