@@ -420,13 +420,14 @@ void CudaTransformer::attention_block(int64_t l, std::span<const CudaSeqStep> st
   const bool small = n <= cuda::k_gemv_max_tokens;
   float *x = x_.as<float>(), *xn = xn_.as<float>(), *q = q_.as<float>(), *k = k_.as<float>(),
         *v = v_.as<float>(), *att = att_.as<float>();
-  cuda::rmsnorm(x, n, H, L.attn_norm, c_.rms_eps, xn);
-  if (small) {
+  if (small) {  // attention norm fused into the q/k/v GEMVs
     const cuda::GemvOut qkv[3] = {{.w = L.q, .y = q, .bias = L.q_bias},
                                   {.w = L.k, .y = k, .bias = L.k_bias},
                                   {.w = L.v, .y = v, .bias = L.v_bias}};
-    cuda::gemv_multi(xn, n, qkv, 3);
+    const cuda::GemvNorm norm{.w = L.attn_norm, .eps = c_.rms_eps, .x_out = xn};
+    cuda::gemv_multi(x, n, qkv, 3, &norm);
   } else {
+    cuda::rmsnorm(x, n, H, L.attn_norm, c_.rms_eps, xn);
     cuda::matmul(*blas_, xn, n, L.q, q, L.q_bias);
     cuda::matmul(*blas_, xn, n, L.k, k, L.k_bias);
     cuda::matmul(*blas_, xn, n, L.v, v, L.v_bias);
@@ -502,17 +503,24 @@ void CudaTransformer::ffn_block(int64_t l, int64_t n) {
   const Layer& L = layers_[l];
   const int64_t H = c_.hidden;
   float *x = x_.as<float>(), *xn = xn_.as<float>(), *tmp = tmp_.as<float>();
-  cuda::rmsnorm(x, n, H, L.ffn_norm, c_.rms_eps, xn);
-  if (c_.layer_is_moe[l]) return moe_block(l, n);  // adds into x
   float *g = gate_.as<float>(), *u = up_.as<float>();
-  if (n <= cuda::k_gemv_max_tokens) {
+  const bool moe = c_.layer_is_moe[l];
+  if (n <= cuda::k_gemv_max_tokens) {  // FFN norm fused into the router / gate+up GEMVs
+    const cuda::GemvNorm norm{.w = L.ffn_norm, .eps = c_.rms_eps, .x_out = xn};
+    if (moe) {
+      const cuda::GemvOut r{.w = L.router, .y = router_.as<float>()};
+      cuda::gemv_multi(x, n, &r, 1, &norm);
+      return moe_block(l, n, true);  // adds into x
+    }
     const cuda::GemvOut gu[2] = {{.w = L.gate, .y = g}, {.w = L.up, .y = u}};
-    cuda::gemv_multi(xn, n, gu, 2);
+    cuda::gemv_multi(x, n, gu, 2, &norm);
     cuda::silu_mul(g, u, n * c_.ffn_dim, g);
     const cuda::GemvOut d{.w = L.down, .y = x, .accumulate = true};
     cuda::gemv_multi(g, n, &d, 1);
     return;
   }
+  cuda::rmsnorm(x, n, H, L.ffn_norm, c_.rms_eps, xn);
+  if (moe) return moe_block(l, n, false);  // adds into x
   cuda::matmul(*blas_, xn, n, L.gate, g);
   cuda::matmul(*blas_, xn, n, L.up, u);
   cuda::silu_mul(g, u, n * c_.ffn_dim, g);
@@ -523,10 +531,10 @@ void CudaTransformer::ffn_block(int64_t l, int64_t n) {
 // Router -> top-k -> experts added into x_. Offloaded: all resident (a layer view of the pool),
 // streaming (wait for the layer's copy, free its buffer after), decode through the device
 // cache (bookkeeping and fetch kernels), or HYBRID (host bookkeeping, CPU share).
-void CudaTransformer::moe_block(int64_t l, int64_t n) {
+void CudaTransformer::moe_block(int64_t l, int64_t n, bool routed) {
   const Layer& L = layers_[l];
   int32_t* ids = route_ids_.as<int32_t>();
-  cuda::matmul(*blas_, xn_.as<float>(), n, L.router, router_.as<float>());
+  if (!routed) cuda::matmul(*blas_, xn_.as<float>(), n, L.router, router_.as<float>());
   cuda::route_topk_softmax(router_.as<float>(), n, c_.n_experts, c_.top_k, c_.norm_topk_prob, ids,
                            route_w_.as<float>());
   cuda::MoeArgs a{.x = xn_.as<float>(),

@@ -119,7 +119,8 @@ class CudaTransformer {
   void run_layers(std::span<const CudaSeqStep> steps, int64_t n);
   void attention_block(int64_t layer, std::span<const CudaSeqStep> steps, int64_t n);
   void ffn_block(int64_t layer, int64_t n);
-  void moe_block(int64_t layer, int64_t n);
+  // routed: the router logits are already in router_ (the small path fuses them with the norm).
+  void moe_block(int64_t layer, int64_t n, bool routed);
   void moe_hybrid(int64_t layer, int64_t n, cuda::MoeArgs a);
   // Final norm + lm_head of every token (small passes) into logits_.
   void all_logits(int64_t n);

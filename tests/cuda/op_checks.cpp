@@ -380,10 +380,13 @@ std::string check_moe() {
 std::string check_attention() {
   std::string err;
   ThreadPool pool(2, false);
-  for (auto kernel : {cuda::AttentionKernel::PER_TOKEN, cuda::AttentionKernel::TILED})
+  for (auto kernel : {cuda::AttentionKernel::PER_TOKEN, cuda::AttentionKernel::TILED,
+                      cuda::AttentionKernel::TENSOR})
     for (int64_t hd : {16, 32, 48, 64, 100, 128, 256})
-      for (int64_t n : {1, 7, 33})
+      for (int64_t n : {1, 7, 33, 150})
         for (int64_t pos0 : {0, 5, 300}) {
+          if (kernel == cuda::AttentionKernel::TENSOR && !cuda::attention_tensor_supported(hd))
+            continue;
           const int64_t heads = 4, kv_heads = hd == 48 ? 4 : 2, len = pos0 + n;
           auto q = randv(n * heads * hd, static_cast<uint32_t>(hd + n));
           auto kc = randv(len * kv_heads * hd, static_cast<uint32_t>(pos0 + 1), 1.5f);
@@ -415,8 +418,10 @@ std::string check_attention() {
                            .kernel = kernel});
           auto got = down(dout, q.size());
           Compare c{fmt::format("attention {} hd {} n {} pos0 {}",
-                                kernel == cuda::AttentionKernel::TILED ? "tiled" : "per-token", hd,
-                                n, pos0)};
+                                kernel == cuda::AttentionKernel::TILED    ? "tiled"
+                                : kernel == cuda::AttentionKernel::TENSOR ? "tensor"
+                                                                          : "per-token",
+                                hd, n, pos0)};
           for (size_t i = 0; i < q.size(); ++i)
             c.add(i, got[i], ref[i], 2e-5f * (1 + std::fabs(ref[i])));
           err += c.result();
@@ -431,7 +436,8 @@ std::string attention_benchmark() {
        vc = randv(n * kv_heads * hd, 3);
   DeviceBuffer dq = up(q), dk = up(kc), dv = up(vc), dout(q.size() * 4);
   std::string out;
-  for (auto kernel : {cuda::AttentionKernel::PER_TOKEN, cuda::AttentionKernel::TILED}) {
+  for (auto kernel : {cuda::AttentionKernel::PER_TOKEN, cuda::AttentionKernel::TILED,
+                      cuda::AttentionKernel::TENSOR}) {
     const cuda::AttentionArgs a{.q = dq.as<float>(),
                                 .n_tokens = n,
                                 .pos0 = 0,
@@ -456,8 +462,10 @@ std::string attention_benchmark() {
     const double tflops = 4.0 * hd * heads * (n * (n + 1) / 2.0) / (ms * 1e-3) / 1e12;
     out +=
         fmt::format("attention prefill {} n {} heads {}/{} hd {}: {:.3f} ms, {:.1f} TFLOP/s fp32\n",
-                    kernel == cuda::AttentionKernel::TILED ? "tiled" : "per-token", n, heads,
-                    kv_heads, hd, ms, tflops);
+                    kernel == cuda::AttentionKernel::TILED    ? "tiled"
+                    : kernel == cuda::AttentionKernel::TENSOR ? "tensor"
+                                                              : "per-token",
+                    n, heads, kv_heads, hd, ms, tflops);
   }
   return out;
 }

@@ -111,6 +111,25 @@ std::string check_gemv_multi() {
                      fmt::format("gemv_multi m {} n {} cols {}", m, n, cols));
       }
     }
+  // With the rmsnorm fused (staged per block; x_out receives the normalised rows).
+  for (int64_t cols : {2048, 200, 6000})
+    for (int64_t n : {1, 3}) {
+      const Bf16 w = bf16_rand(50 * cols, static_cast<uint32_t>(cols), 0.3f);
+      auto x = randv(n * cols, 3, 2.f), nw = randv(cols, 4);
+      DeviceBuffer dx = up(x), dnw = up(nw), dw = up(w.bits), dy(n * 50 * 4), dxo(n * cols * 4);
+      const cuda::GemvOut o{.w = {.data = dw.data(), .dtype = DType::BF16, .rows = 50, .cols = cols},
+                            .y = dy.as<float>()};
+      const cuda::GemvNorm nrm{.w = dnw.as<float>(), .eps = 1e-6f, .x_out = dxo.as<float>()};
+      cuda::gemv_multi(dx.as<float>(), n, &o, 1, &nrm);
+      std::vector<float> xn(n * cols), ref(n * 50);
+      for (int64_t t = 0; t < n; ++t)
+        cpu::k_scalar_kernels.rmsnorm(&x[t * cols], nw.data(), 1e-6f, cols, &xn[t * cols]);
+      ops::matmul(pool, xn.data(), n, view(DType::BF16, 50, cols, w.bits.data()), ref.data(),
+                  nullptr);
+      const std::string what = fmt::format("gemv_multi+norm n {} cols {}", n, cols);
+      err += close(down(dy, ref.size()), ref, 2e-5f, what);
+      err += close(down(dxo, xn.size()), xn, 1e-5f, what + " x_out");
+    }
   return err;
 }
 

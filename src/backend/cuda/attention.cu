@@ -42,16 +42,19 @@ __global__ void __launch_bounds__(32 * k_dec_warps)
   const float* vb = a.v_cache + cache0 + g * hd;
   for (int64_t key0 = int64_t{warp} * k_dec_keys; key0 < len;
        key0 += int64_t{k_dec_warps} * k_dec_keys) {
-    float s[k_dec_keys];
+    float s[k_dec_keys], vr[k_dec_keys][DPL];  // V rows loaded with K: one round trip
 #pragma unroll
     for (int u = 0; u < k_dec_keys; ++u) {
       s[u] = 0.f;
-      if (key0 + u >= len) continue;
+      const bool in = key0 + u < len;
       const float* k = kb + (key0 + u) * kv_dim;
+      const float* v = vb + (key0 + u) * kv_dim;
 #pragma unroll
       for (int j = 0; j < DPL; ++j) {
         const int64_t d = lane + 32 * j;
-        if (d < hd) s[u] += qr[j] * k[d];
+        const bool ok = in && d < hd;
+        vr[u][j] = ok ? v[d] : 0.f;
+        if (ok) s[u] += qr[j] * k[d];
       }
     }
     float m_new = m;
@@ -70,11 +73,9 @@ __global__ void __launch_bounds__(32 * k_dec_warps)
     }
 #pragma unroll
     for (int j = 0; j < DPL; ++j) {
-      const int64_t d = lane + 32 * j;
       float o = acc[j] * corr;
 #pragma unroll
-      for (int u = 0; u < k_dec_keys; ++u)
-        if (key0 + u < len && d < hd) o += p[u] * vb[(key0 + u) * kv_dim + d];
+      for (int u = 0; u < k_dec_keys; ++u) o += p[u] * vr[u][j];
       acc[j] = o;
     }
     m = m_new;
@@ -217,6 +218,11 @@ void launch_per_token(const AttentionArgs& a) {
 
 template <int DPL>
 void launch(const AttentionArgs& a) {
+  const bool tensor = a.kernel == AttentionKernel::TENSOR ||
+                      (a.kernel == AttentionKernel::AUTO && a.n_tokens >= k_attention_tensor_min &&
+                       attention_tensor_supported(a.head_dim) && !a.pos && !a.seq &&
+                       reinterpret_cast<uintptr_t>(a.q) % 16 == 0);
+  if (tensor) return attention_tensor(a);
   const bool tiled = a.kernel == AttentionKernel::TILED ||
                      (a.kernel == AttentionKernel::AUTO && a.n_tokens > k_gemv_max_tokens);
   FT_CHECK(!tiled || (!a.pos && !a.seq), "attention: per-token positions need PER_TOKEN");

@@ -89,6 +89,32 @@ __device__ __forceinline__ void load_vec(const f16w* p, float* out) {
   }
 }
 
+// A 16-byte vector of W as f32 (the register form of load_vec).
+__device__ __forceinline__ void unpack_vec(const uint4& v, float* out, const float*) {
+  out[0] = __uint_as_float(v.x), out[1] = __uint_as_float(v.y);
+  out[2] = __uint_as_float(v.z), out[3] = __uint_as_float(v.w);
+}
+__device__ __forceinline__ void unpack_vec(const uint4& v, float* out, const bf16w*) {
+  const uint32_t u[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    out[2 * i] = __uint_as_float(u[i] << 16);
+    out[2 * i + 1] = __uint_as_float(u[i] & 0xffff0000u);
+  }
+}
+__device__ __forceinline__ void unpack_vec(const uint4& v, float* out, const f16w*) {
+  const uint32_t u[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&u[i]));
+    out[2 * i] = f.x, out[2 * i + 1] = f.y;
+  }
+}
+
+// Weight vectors a lane loads before using any of them (memory-level parallelism: GEMV rows
+// are short, so one warp must keep several 16-byte loads in flight to reach HBM bandwidth).
+constexpr int k_dot_batch = 8;
+
 // acc[t] += dot(x + t*ldx, w) over cols for NT activation rows, partial per lane (the caller
 // reduces with warp_sum). VEC: cols is a multiple of k_vec<W> and rows are 16-byte aligned.
 template <typename W, bool VEC, int NT>
@@ -97,18 +123,28 @@ __device__ __forceinline__ void warp_dot_partial(const float* __restrict__ x, in
                                                  float (&acc)[NT]) {
   const int lane = threadIdx.x & 31;
   if constexpr (VEC) {
-    constexpr int V = k_vec<W>;
-#pragma unroll 4
-    for (int64_t i = int64_t{lane} * V; i < cols; i += 32 * V) {
-      float wv[V];
-      load_vec(w + i, wv);
+    constexpr int V = k_vec<W>, B = k_dot_batch;
+    for (int64_t i0 = int64_t{lane} * V; i0 < cols; i0 += 32 * V * B) {
+      uint4 raw[B];
 #pragma unroll
-      for (int t = 0; t < NT; ++t) {
-        const float* xt = x + t * ldx + i;
+      for (int b = 0; b < B; ++b) {
+        const int64_t i = i0 + int64_t{b} * 32 * V;
+        if (i < cols) raw[b] = __ldg(reinterpret_cast<const uint4*>(w + i));
+      }
 #pragma unroll
-        for (int j = 0; j < V; j += 4) {
-          const float4 xv = *reinterpret_cast<const float4*>(xt + j);
-          acc[t] += xv.x * wv[j] + xv.y * wv[j + 1] + xv.z * wv[j + 2] + xv.w * wv[j + 3];
+      for (int b = 0; b < B; ++b) {
+        const int64_t i = i0 + int64_t{b} * 32 * V;
+        if (i >= cols) break;
+        float wv[V];
+        unpack_vec(raw[b], wv, w);
+#pragma unroll
+        for (int t = 0; t < NT; ++t) {
+          const float* xt = x + t * ldx + i;
+#pragma unroll
+          for (int j = 0; j < V; j += 4) {
+            const float4 xv = *reinterpret_cast<const float4*>(xt + j);
+            acc[t] += xv.x * wv[j] + xv.y * wv[j + 1] + xv.z * wv[j + 2] + xv.w * wv[j + 3];
+          }
         }
       }
     }
@@ -118,6 +154,39 @@ __device__ __forceinline__ void warp_dot_partial(const float* __restrict__ x, in
 #pragma unroll
       for (int t = 0; t < NT; ++t) acc[t] += x[t * ldx + i] * wi;
     }
+  }
+}
+
+// acc[r] += dot(x[r], w[r]) over cols for R (x, w) row pairs at once (partial per lane), with
+// 16 / R vectors of every row loaded before use; a null w[r] is skipped. VEC layout only.
+template <typename W, int R>
+__device__ __forceinline__ void warp_dot_rows(const float* const (&x)[R], const W* const (&w)[R],
+                                              int64_t cols, float (&acc)[R]) {
+  constexpr int V = k_vec<W>, B = 16 / R;
+  const int lane = threadIdx.x & 31;
+  for (int64_t i0 = int64_t{lane} * V; i0 < cols; i0 += 32 * V * B) {
+    uint4 raw[R][B];
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int b = 0; b < B; ++b) {
+        const int64_t i = i0 + int64_t{b} * 32 * V;
+        if (w[r] && i < cols) raw[r][b] = __ldg(reinterpret_cast<const uint4*>(w[r] + i));
+      }
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int b = 0; b < B; ++b) {
+        const int64_t i = i0 + int64_t{b} * 32 * V;
+        if (!w[r] || i >= cols) continue;
+        float wv[V];
+        unpack_vec(raw[r][b], wv, w[r]);
+#pragma unroll
+        for (int j = 0; j < V; j += 4) {
+          const float4 xv = *reinterpret_cast<const float4*>(x[r] + i + j);
+          acc[r] += xv.x * wv[j] + xv.y * wv[j + 1] + xv.z * wv[j + 2] + xv.w * wv[j + 3];
+        }
+      }
   }
 }
 

@@ -277,7 +277,15 @@ struct GemvOut {
   bool accumulate = false;
 };
 constexpr int k_gemv_multi = 4;
-void gemv_multi(const float* x, int64_t n, const GemvOut* outs, int count);
+// With norm: x is first rmsnorm'ed (y = x / rms(x) * w) inside the launch (each block stages
+// the normalised rows in shared memory); x_out [n, cols] also receives them (optional).
+struct GemvNorm {
+  const float* w;
+  float eps;
+  float* x_out = nullptr;
+};
+void gemv_multi(const float* x, int64_t n, const GemvOut* outs, int count,
+                const GemvNorm* norm = nullptr);
 
 // ---- MoE (route.cu, moe.cu)
 
@@ -366,8 +374,12 @@ void fetch_experts(const FetchArgs& a);
 // their keys/values. q/out: [n, n_heads * head_dim]; caches: [>= pos0+n, n_kv_heads *
 // head_dim]. head_dim <= 256. PER_TOKEN: one block per (token, head), online softmax over the
 // keys (decode). TILED: flash-style, a block per (16 queries, head) sharing 32-key K/V tiles
-// in shared memory (prefill). AUTO: TILED above k_gemv_max_tokens tokens.
-enum class AttentionKernel { AUTO, PER_TOKEN, TILED };
+// in shared memory (prefill). TENSOR: flash-style on TF32 tensor cores with a 3-pass hi/lo
+// split (fp32-like accuracy; head_dim 64 or 128; attention_tc.cu). AUTO: PER_TOKEN up to
+// k_gemv_max_tokens tokens, TENSOR from k_attention_tensor_min tokens where supported, else
+// TILED.
+enum class AttentionKernel { AUTO, PER_TOKEN, TILED, TENSOR };
+constexpr int64_t k_attention_tensor_min = 128;
 // Per-token positions (PER_TOKEN only): pos [n] device (token t at pos[t], else pos0 + t) and
 // seq [n] device (token t's caches start seq[t] * seq_stride floats in; else 0): tokens of
 // several sequences in one launch.
@@ -385,5 +397,7 @@ struct AttentionArgs {
   int64_t seq_stride = 0;
 };
 void attention(const AttentionArgs& a);
+bool attention_tensor_supported(int64_t head_dim);
+void attention_tensor(const AttentionArgs& a);  // the TENSOR kernel (attention() dispatches)
 
 }  // namespace ft::cuda

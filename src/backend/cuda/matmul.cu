@@ -36,18 +36,61 @@ struct GemvParams {
   int64_t rows[k_gemv_multi];
   int64_t block0[k_gemv_multi + 1];
   bool accumulate[k_gemv_multi];
+  const float* norm;  // rmsnorm weights [cols] or nullptr
+  float eps;
+  float* x_out;  // normalised x (written by block 0) or nullptr
 };
+
+// Largest shared-memory staging of normalised x (NT rows of cols floats).
+constexpr int64_t k_gemv_norm_smem = 48 * 1024;
 
 template <typename W, bool VEC, int NT>
 __global__ void __launch_bounds__(32 * k_gemv_rows)
     gemv_kernel(const __grid_constant__ GemvParams p) {
+  extern __shared__ float4 xs_raw[];
+  const float* x = p.x;
+  if (p.norm) {  // the rmsnorm of x, as rmsnorm.cu computes it, staged for the block
+    float* xs = reinterpret_cast<float*>(xs_raw);
+    __shared__ float part[k_gemv_rows][NT];
+    const int tid = threadIdx.y * 32 + threadIdx.x;
+    float ss[NT];
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+      ss[t] = 0.f;
+      for (int64_t i = tid; i < p.cols; i += 32 * k_gemv_rows) {
+        const float v = p.x[t * p.cols + i];
+        xs[t * p.cols + i] = v;
+        ss[t] += v * v;
+      }
+      ss[t] = warp_sum(ss[t]);
+      if (threadIdx.x == 0) part[threadIdx.y][t] = ss[t];
+    }
+    __syncthreads();
+    float inv[NT];
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+      float tot = 0.f;
+#pragma unroll
+      for (int w = 0; w < k_gemv_rows; ++w) tot += part[w][t];
+      inv[t] = rsqrtf(tot / static_cast<float>(p.cols) + p.eps);
+    }
+#pragma unroll
+    for (int t = 0; t < NT; ++t)
+      for (int64_t i = tid; i < p.cols; i += 32 * k_gemv_rows) {
+        const float v = xs[t * p.cols + i] * inv[t] * p.norm[i];
+        xs[t * p.cols + i] = v;
+        if (blockIdx.x == 0 && p.x_out) p.x_out[t * p.cols + i] = v;
+      }
+    __syncthreads();
+    x = xs;
+  }
   int m = 0;
   while (m + 1 < p.count && blockIdx.x >= p.block0[m + 1]) ++m;
   const int64_t rows = p.rows[m];
   const int64_t row = (blockIdx.x - p.block0[m]) * int64_t{k_gemv_rows} + threadIdx.y;
   if (row >= rows) return;
   float acc[NT] = {};
-  warp_dot_partial<W, VEC, NT>(p.x, p.cols, static_cast<const W*>(p.w[m]) + row * p.cols, p.cols,
+  warp_dot_partial<W, VEC, NT>(x, p.cols, static_cast<const W*>(p.w[m]) + row * p.cols, p.cols,
                                acc);
   const float b = p.bias[m] ? p.bias[m][row] : 0.f;
 #pragma unroll
@@ -89,18 +132,19 @@ template <typename W, bool VEC>
 void launch_gemv(const GemvParams& p, int64_t nt) {
   const dim3 block(32, k_gemv_rows);
   const auto grid = static_cast<unsigned>(p.block0[p.count]);
+  const size_t smem = p.norm ? nt * p.cols * sizeof(float) : 0;
   switch (nt) {
     case 1:
-      gemv_kernel<W, VEC, 1><<<grid, block, 0, stream()>>>(p);
+      gemv_kernel<W, VEC, 1><<<grid, block, smem, stream()>>>(p);
       break;
     case 2:
-      gemv_kernel<W, VEC, 2><<<grid, block, 0, stream()>>>(p);
+      gemv_kernel<W, VEC, 2><<<grid, block, smem, stream()>>>(p);
       break;
     case 3:
-      gemv_kernel<W, VEC, 3><<<grid, block, 0, stream()>>>(p);
+      gemv_kernel<W, VEC, 3><<<grid, block, smem, stream()>>>(p);
       break;
     default:
-      gemv_kernel<W, VEC, 4><<<grid, block, 0, stream()>>>(p);
+      gemv_kernel<W, VEC, 4><<<grid, block, smem, stream()>>>(p);
       break;
   }
   CUDA_CHECK_LAUNCH();
@@ -168,12 +212,20 @@ Blas::~Blas() {
   if (handle_) cublasDestroy(static_cast<cublasHandle_t>(handle_));
 }
 
-void gemv_multi(const float* x, int64_t n, const GemvOut* outs, int count) {
+void gemv_multi(const float* x, int64_t n, const GemvOut* outs, int count, const GemvNorm* norm) {
   FT_CHECK(count >= 1 && count <= k_gemv_multi && n >= 0 && n <= k_gemv_max_tokens,
            "gemv_multi: {} matrices, {} tokens", count, n);
   if (n == 0) return;
   const DType dt = outs[0].w.dtype;
-  GemvParams p{.x = x, .cols = outs[0].w.cols, .count = count};
+  const int64_t cols = outs[0].w.cols;
+  if (norm && n * cols * static_cast<int64_t>(sizeof(float)) > k_gemv_norm_smem) {
+    // Too wide to stage: a separate rmsnorm into x_out, then the plain GEMVs.
+    FT_CHECK(norm->x_out, "gemv_multi: rows of {} need x_out for the norm", cols);
+    rmsnorm(x, n, cols, norm->w, norm->eps, norm->x_out);
+    return gemv_multi(norm->x_out, n, outs, count, nullptr);
+  }
+  GemvParams p{.x = x, .cols = cols, .count = count};
+  if (norm) p.norm = norm->w, p.eps = norm->eps, p.x_out = norm->x_out;
   p.block0[0] = 0;
   for (int m = 0; m < count; ++m) {
     const GemvOut& o = outs[m];
@@ -185,7 +237,7 @@ void gemv_multi(const float* x, int64_t n, const GemvOut* outs, int count) {
   }
   dispatch_weight_type(dt, [&](auto tag) {
     using W = typename decltype(tag)::type;
-    bool vec = reinterpret_cast<uintptr_t>(x) % 16 == 0;
+    bool vec = norm || reinterpret_cast<uintptr_t>(x) % 16 == 0;
     for (int m = 0; m < count; ++m) vec = vec && vec_ok<W>(outs[m].w.data, p.cols);
     if (vec)
       launch_gemv<W, true>(p, n);

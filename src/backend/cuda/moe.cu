@@ -27,15 +27,24 @@ __global__ void gate_up_kernel(const float* __restrict__ x, const int32_t* __res
   if (e < 0) return;  // computed elsewhere
   const int64_t off = (e * inter + r) * hidden;
   const float* xt = x + (s / top_k) * hidden;
-  float g[1] = {0.f}, u[1] = {0.f};
-  warp_dot_partial<W, VEC, 1>(xt, hidden, gate + off, hidden, g);
-  warp_dot_partial<W, VEC, 1>(xt, hidden, up + off, hidden, u);
-  const float gs = warp_sum(g[0]), us = warp_sum(u[0]);
+  float gs, us;
+  if constexpr (VEC) {  // gate and up rows loaded together
+    const float* xs[2] = {xt, xt};
+    const W* ws[2] = {gate + off, up + off};
+    float acc[2] = {0.f, 0.f};
+    warp_dot_rows<W, 2>(xs, ws, hidden, acc);
+    gs = warp_sum(acc[0]), us = warp_sum(acc[1]);
+  } else {
+    float g[1] = {0.f}, u[1] = {0.f};
+    warp_dot_partial<W, VEC, 1>(xt, hidden, gate + off, hidden, g);
+    warp_dot_partial<W, VEC, 1>(xt, hidden, up + off, hidden, u);
+    gs = warp_sum(g[0]), us = warp_sum(u[0]);
+  }
   if (threadIdx.x == 0) act[s * inter + r] = silu(gs) * us;
 }
 
 // out[t, r] (+)= sum_k w[t, k] * (act[t*top_k+k] . down[ids][r]), k ascending (ids < 0
-// skipped); a warp per output row, four experts' loads in flight at a time.
+// skipped); a warp per output row, four experts' rows loaded together.
 template <typename W, bool VEC>
 __global__ void down_combine_kernel(const float* __restrict__ act, const int32_t* __restrict__ ids,
                                     const float* __restrict__ w, int top_k,
@@ -45,20 +54,29 @@ __global__ void down_combine_kernel(const float* __restrict__ act, const int32_t
   if (r >= hidden) return;
   float o = 0.f;
   for (int k0 = 0; k0 < top_k; k0 += 4) {
-    float acc[4][1] = {};
+    float acc[4] = {};
+    const float* xs[4];
+    const W* ws[4];
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       const int64_t s = t * top_k + k0 + j;
-      if (k0 + j >= top_k || ids[s] < 0) continue;
-      warp_dot_partial<W, VEC, 1>(act + s * inter, inter, down + (ids[s] * hidden + r) * inter,
-                                  inter, acc[j]);
+      const bool on = k0 + j < top_k && ids[s] >= 0;
+      xs[j] = act + s * inter;
+      ws[j] = on ? down + (ids[s] * hidden + r) * inter : nullptr;
+    }
+    if constexpr (VEC) {
+      warp_dot_rows<W, 4>(xs, ws, inter, acc);
+    } else {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        float a1[1] = {0.f};
+        if (ws[j]) warp_dot_partial<W, VEC, 1>(xs[j], inter, ws[j], inter, a1);
+        acc[j] = a1[0];
+      }
     }
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const int64_t s = t * top_k + k0 + j;
-      if (k0 + j >= top_k || ids[s] < 0) continue;
-      o += w[s] * warp_sum(acc[j][0]);
-    }
+    for (int j = 0; j < 4; ++j)
+      if (ws[j]) o += w[t * top_k + k0 + j] * warp_sum(acc[j]);
   }
   if (threadIdx.x == 0) {
     float* y = out + t * hidden + r;
