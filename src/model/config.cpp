@@ -1,6 +1,8 @@
 // config.json -> ModelConfig: shared fields, RoPE variants, validation.
 #include "model/config.h"
 
+#include <algorithm>
+
 #include "base/error.h"
 #include "io/mmap.h"
 
@@ -131,6 +133,66 @@ ModelConfig read_model_config(const std::string& dir, nlohmann::json* raw) {
   return c;
 }
 
+bool ModelConfig::has_delta() const {
+  for (Mixer m : layer_mixer)
+    if (m == Mixer::DELTA_NET) return true;
+  return false;
+}
+
+void read_sparse_layers(const JsonReader& r, ModelConfig& c) {
+  int64_t step = r.i64_or("decoder_sparse_step", 1);
+  if (step <= 0) fail("{}: decoder_sparse_step must be positive", r.path);
+  std::vector<int64_t> dense_only;
+  if (r.has("mlp_only_layers")) {
+    if (!r.j["mlp_only_layers"].is_array()) fail("{}: mlp_only_layers must be a list", r.path);
+    for (const auto& v : r.j["mlp_only_layers"]) dense_only.push_back(v.get<int64_t>());
+  }
+  c.layer_is_moe.assign(c.n_layers, false);
+  for (int64_t l = 0; l < c.n_layers; ++l)
+    c.layer_is_moe[l] = c.n_experts > 0 && (l + 1) % step == 0 &&
+                        std::find(dense_only.begin(), dense_only.end(), l) == dense_only.end();
+}
+
+void read_hybrid_fields(const JsonReader& r, ModelConfig& c) {
+  const std::string act = r.str_or("hidden_act", "silu");
+  if (act != "silu") fail("{}: hidden_act '{}' is not supported (supported: silu)", r.path, act);
+  c.layer_mixer.assign(c.n_layers, Mixer::ATTENTION);
+  if (r.has("layer_types")) {
+    const auto& types = r.j["layer_types"];
+    if (!types.is_array() || static_cast<int64_t>(types.size()) != c.n_layers)
+      fail("{}: layer_types must list one type per layer ({} layers)", r.path, c.n_layers);
+    for (int64_t l = 0; l < c.n_layers; ++l) {
+      const std::string t = types[l].is_string() ? types[l].get<std::string>() : "";
+      if (t == "linear_attention" || t == "mamba")
+        c.layer_mixer[l] = Mixer::DELTA_NET;
+      else if (t != "full_attention" && t != "attention")
+        fail("{}: layer_types[{}] '{}' is not supported (supported: linear_attention, "
+             "full_attention)", r.path, l, t);
+    }
+  } else {
+    const int64_t interval = r.i64_or("full_attention_interval", 4);
+    if (interval <= 0) fail("{}: full_attention_interval must be positive", r.path);
+    for (int64_t l = 0; l < c.n_layers; ++l)
+      if ((l + 1) % interval != 0) c.layer_mixer[l] = Mixer::DELTA_NET;
+  }
+  if (c.has_delta())
+    c.delta = {.n_k_heads = r.i64("linear_num_key_heads"),
+               .n_v_heads = r.i64("linear_num_value_heads"),
+               .k_head_dim = r.i64("linear_key_head_dim"),
+               .v_head_dim = r.i64("linear_value_head_dim"),
+               .conv_kernel = r.i64_or("linear_conv_kernel_dim", 4)};
+  c.shared_expert_dim = r.i64_or("shared_expert_intermediate_size", 0);
+  c.qk_norm = QkNorm::PER_HEAD;
+  c.attn_output_gate = true;
+  c.norm_offset = true;
+  // These families rotate a quarter of each head unless the file says otherwise.
+  const bool rope_names_it =
+      r.has("partial_rotary_factor") ||
+      (r.has("rope_parameters") && r.j["rope_parameters"].is_object() &&
+       r.j["rope_parameters"].contains("partial_rotary_factor"));
+  if (!rope_names_it) c.rope.partial_rotary_factor = 0.25;
+}
+
 void validate_config(const ModelConfig& c, const std::string& path) {
   auto positive = [&](int64_t v, const char* name) {
     if (v <= 0) fail("{}: '{}' must be positive (got {})", path, name, v);
@@ -160,6 +222,22 @@ void validate_config(const ModelConfig& c, const std::string& path) {
     fail("{}: layer kinds not set for every layer", path);
   for (int64_t l = 0; l < c.n_layers; ++l)
     if (!c.layer_is_moe[l]) positive(c.ffn_dim, "intermediate_size");
+  if (!c.layer_mixer.empty() && static_cast<int64_t>(c.layer_mixer.size()) != c.n_layers)
+    fail("{}: layer types not set for every layer", path);
+  if (c.has_delta()) {
+    const DeltaNetConfig& d = c.delta;
+    positive(d.n_k_heads, "linear_num_key_heads");
+    positive(d.n_v_heads, "linear_num_value_heads");
+    positive(d.k_head_dim, "linear_key_head_dim");
+    positive(d.v_head_dim, "linear_value_head_dim");
+    positive(d.conv_kernel, "linear_conv_kernel_dim");
+    if (d.n_v_heads % d.n_k_heads != 0)
+      fail("{}: linear_num_value_heads ({}) must be a multiple of linear_num_key_heads ({})", path,
+           d.n_v_heads, d.n_k_heads);
+    if (d.k_head_dim > 1024 || d.v_head_dim > 1024 || d.conv_kernel > 64)
+      fail("{}: DeltaNet head dims must be <= 1024 and the conv kernel <= 64", path);
+  }
+  if (c.shared_expert_dim < 0) fail("{}: shared_expert_intermediate_size must be >= 0", path);
   for (int64_t id : c.eos_token_ids)
     if (id < 0 || id >= c.vocab_size) fail("{}: eos_token_id {} is outside the vocabulary", path, id);
 }

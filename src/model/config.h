@@ -26,6 +26,19 @@ struct RopeConfig {
 // projection width before the head split (OLMoE).
 enum class QkNorm { NONE, PER_HEAD, FULL };
 
+// A layer's token mixer: softmax attention over the KV cache, or a Gated DeltaNet (linear
+// attention with a recurrent state; Qwen3-Next, Qwen3.5/3.6).
+enum class Mixer : uint8_t { ATTENTION, DELTA_NET };
+
+// Gated DeltaNet sizes (linear_* fields). q/k heads are shared by n_v_heads / n_k_heads
+// consecutive value heads.
+struct DeltaNetConfig {
+  int64_t n_k_heads = 0, n_v_heads = 0, k_head_dim = 0, v_head_dim = 0, conv_kernel = 0;
+  int64_t key_dim() const { return n_k_heads * k_head_dim; }
+  int64_t value_dim() const { return n_v_heads * v_head_dim; }
+  int64_t conv_dim() const { return 2 * key_dim() + value_dim(); }  // conv over [q | k | v]
+};
+
 struct ModelConfig {
   std::string model_type;
   int64_t vocab_size = 0, hidden = 0, n_layers = 0;
@@ -41,12 +54,24 @@ struct ModelConfig {
   int64_t n_experts = 0, top_k = 0, expert_dim = 0;
   bool norm_topk_prob = true;
   std::vector<bool> layer_is_moe;  // [n_layers]
+  int64_t shared_expert_dim = 0;   // MoE layers add a sigmoid-gated shared expert when > 0
+  // Hybrid models: per-layer mixer (empty: every layer attention), DeltaNet sizes, gated
+  // attention (q_proj rows per head [query | gate], output * sigmoid(gate)) and zero-centred
+  // RMSNorm weights (scale 1 + w; the loader bakes the 1 in).
+  std::vector<Mixer> layer_mixer;  // [n_layers] or empty
+  DeltaNetConfig delta;
+  bool attn_output_gate = false;
+  bool norm_offset = false;
   bool tie_embeddings = false;
   int64_t bos_token_id = -1;
   std::vector<int64_t> eos_token_ids;
 
   int64_t q_dim() const { return n_heads * head_dim; }
   int64_t kv_dim() const { return n_kv_heads * head_dim; }
+  bool is_delta(int64_t layer) const {
+    return !layer_mixer.empty() && layer_mixer[layer] == Mixer::DELTA_NET;
+  }
+  bool has_delta() const;  // any DeltaNet layer
   int64_t rotary_dim() const {
     return static_cast<int64_t>(static_cast<double>(head_dim) * rope.partial_rotary_factor);
   }
@@ -71,6 +96,14 @@ ModelConfig read_model_config(const std::string& dir, nlohmann::json* raw = null
 
 // Parses rope_parameters (transformers 5) or rope_theta + rope_scaling (4.x).
 RopeConfig parse_rope(const JsonReader& r);
+
+// Hybrid families (Qwen3-Next, Qwen3.5/3.6): layer_types (or full_attention_interval), the
+// linear_* DeltaNet sizes, shared_expert_intermediate_size, gated attention, zero-centred norms
+// and partial rotary (default 0.25). Throws ft::Error naming the field.
+void read_hybrid_fields(const JsonReader& r, ModelConfig& c);
+
+// MoE layers from decoder_sparse_step and mlp_only_layers (Qwen3-MoE, Qwen3-Next).
+void read_sparse_layers(const JsonReader& r, ModelConfig& c);
 
 // Validates cross-field invariants (divisibility, sizes); throws ft::Error naming the field.
 void validate_config(const ModelConfig& c, const std::string& path);

@@ -7,7 +7,8 @@
 
 namespace ft {
 
-// Checkpoint names; "{}" in `layer` is the layer index, in `expert` the expert index.
+// Checkpoint names; "{}" in `layer` is the layer index, in `expert` the expert index. Names
+// under "model." are looked up under "model.language_model." in multimodal checkpoints.
 struct WeightNames {
   std::string embed = "model.embed_tokens.weight";
   std::string final_norm = "model.norm.weight";
@@ -23,6 +24,11 @@ struct WeightNames {
   // Per-expert layout: <moe>experts.{}.<expert_gate>.weight ...; stacked (transformers 5):
   // <moe>experts.gate_up_proj [E, 2I, H] and <moe>experts.down_proj [E, H, I].
   std::string expert_gate = "gate_proj", expert_up = "up_proj", expert_down = "down_proj";
+  // Shared expert (gate_proj/up_proj/down_proj) and its sigmoid gate [1, hidden].
+  std::string shared_expert = "mlp.shared_expert.", shared_gate = "mlp.shared_expert_gate.weight";
+  // Gated DeltaNet: in_proj_qkv/z/b/a (Qwen3.5) or in_proj_qkvz/ba (Qwen3-Next), conv1d, A_log,
+  // dt_bias, norm, out_proj.
+  std::string delta = "linear_attn.";
 };
 
 struct Family {

@@ -2,8 +2,11 @@
 // vs split tensors and dtype/shape checks are all resolved here; families never see file names.
 #include <fmt/format.h>
 
+#include <cstring>
+
 #include "base/error.h"
 #include "base/half.h"
+#include "base/log.h"
 #include "model/model.h"
 
 namespace ft {
@@ -60,6 +63,15 @@ struct Resolver {
     return out;
   }
 
+  // An RMSNorm weight as the forward uses it: zero-centred checkpoints store w for a scale of
+  // (1 + w), so the 1 is added here.
+  std::vector<float> norm(const std::string& name, int64_t n) const {
+    std::vector<float> w = vec(name, n);
+    if (c.norm_offset)
+      for (float& x : w) x += 1.f;
+    return w;
+  }
+
   Linear linear(const std::string& name, int64_t out, int64_t in, bool bias) const {
     Linear l{.w = matrix(name + ".weight", out, in), .bias = {}};
     if (bias) l.bias = vec(name + ".bias", out);
@@ -94,15 +106,93 @@ struct Resolver {
     }
     return out;
   }
+
+  // Gated DeltaNet weights in the canonical layout. Qwen3-Next fuses the input projections
+  // per key head g: in_proj_qkvz rows [q_g | k_g | v_g (r heads) | z_g (r heads)] and
+  // in_proj_ba rows [b_g (r) | a_g (r)], r = n_v_heads / n_k_heads; those rows are copied
+  // into q|k|v, z, b, a matrices owned by the weights.
+  DeltaNetWeights delta(const std::string& p, ModelWeights& w) const {
+    const DeltaNetConfig& d = c.delta;
+    const int64_t K = d.key_dim(), V = d.value_dim(), nv = d.n_v_heads, H = c.hidden;
+    DeltaNetWeights out;
+    if (files.has(p + "in_proj_qkvz.weight")) {
+      const int64_t hk = d.k_head_dim, r = d.n_v_heads / d.n_k_heads, rv = r * d.v_head_dim;
+      const TensorView qkvz = matrix(p + "in_proj_qkvz.weight", 2 * K + 2 * V, H);
+      const TensorView ba = matrix(p + "in_proj_ba.weight", 2 * nv, H);
+      const size_t row = dtype_row_bytes(qkvz.dtype, H);
+      auto rebuilt = [&](const TensorView& src, int64_t rows, const char* what) {
+        w.owned.emplace_back(static_cast<size_t>(rows) * row);
+        TensorView t = src;
+        t.shape = {rows, H, 1, 1};
+        t.data = w.owned.back().data();
+        t.name = p + what;
+        return t;
+      };
+      out.qkv = rebuilt(qkvz, d.conv_dim(), "in_proj_qkv (from in_proj_qkvz)");
+      out.z = rebuilt(qkvz, V, "in_proj_z (from in_proj_qkvz)");
+      out.b = rebuilt(ba, nv, "in_proj_b (from in_proj_ba)");
+      out.a = rebuilt(ba, nv, "in_proj_a (from in_proj_ba)");
+      auto copy = [&](const TensorView& src, int64_t from, int64_t n, const TensorView& dst,
+                      int64_t to) {
+        std::memcpy(static_cast<uint8_t*>(const_cast<void*>(dst.data)) + to * row,
+                    static_cast<const uint8_t*>(src.data) + from * row, n * row);
+      };
+      const int64_t width = 2 * hk + 2 * rv;  // rows of one key head's group in in_proj_qkvz
+      for (int64_t g = 0; g < d.n_k_heads; ++g) {
+        copy(qkvz, g * width, hk, out.qkv, g * hk);
+        copy(qkvz, g * width + hk, hk, out.qkv, K + g * hk);
+        copy(qkvz, g * width + 2 * hk, rv, out.qkv, 2 * K + g * rv);
+        copy(qkvz, g * width + 2 * hk + rv, rv, out.z, g * rv);
+        copy(ba, g * 2 * r, r, out.b, g * r);
+        copy(ba, g * 2 * r + r, r, out.a, g * r);
+      }
+    } else {
+      out.qkv = matrix(p + "in_proj_qkv.weight", d.conv_dim(), H);
+      out.z = matrix(p + "in_proj_z.weight", V, H);
+      out.b = matrix(p + "in_proj_b.weight", nv, H);
+      out.a = matrix(p + "in_proj_a.weight", nv, H);
+    }
+    const TensorView& conv = files.get(p + "conv1d.weight");
+    check(conv, {d.conv_dim(), 1, d.conv_kernel});
+    out.conv = to_f32(conv);
+    out.a_log = vec(p + "A_log", nv);
+    out.dt_bias = vec(p + "dt_bias", nv);
+    out.norm = vec(p + "norm.weight", d.v_head_dim);
+    out.out = matrix(p + "out_proj.weight", H, V);
+    return out;
+  }
 };
+
+// Multimodal checkpoints (Qwen3.5/3.6 image-text-to-text) keep the language model under
+// model.language_model.*; the vision tower and MTP head are not used by a text engine.
+WeightNames resolve_root(const WeightNames& in, const SafetensorsSet& files) {
+  WeightNames n = in;
+  const std::string from = "model.", to = "model.language_model.";
+  auto moved = [&](const std::string& s) {
+    return s.rfind(from, 0) == 0 ? to + s.substr(from.size()) : s;
+  };
+  if (files.has(n.embed) || !files.has(moved(n.embed))) return n;
+  n.embed = moved(n.embed);
+  n.final_norm = moved(n.final_norm);
+  n.layer = moved(n.layer);
+  int64_t vision = 0, mtp = 0;
+  for (const auto& name : files.names()) {
+    vision += name.rfind("model.visual.", 0) == 0;
+    mtp += name.rfind("mtp.", 0) == 0;
+  }
+  FT_LOG_INFO("{}: text model under model.language_model; skipping {} vision tensors "
+              "(model.visual.*) and {} MTP tensors (mtp.*)", files.dir(), vision, mtp);
+  return n;
+}
 }  // namespace
 
-ModelWeights load_weights(const ModelConfig& c, const WeightNames& n,
+ModelWeights load_weights(const ModelConfig& c, const WeightNames& names,
                           const SafetensorsSet& files) {
+  const WeightNames n = resolve_root(names, files);
   Resolver r{files, c};
   ModelWeights w;
   w.embed = r.matrix(n.embed, c.vocab_size, c.hidden);
-  w.final_norm = r.vec(n.final_norm, c.hidden);
+  w.final_norm = r.norm(n.final_norm, c.hidden);
   if (c.tie_embeddings || !files.has(n.lm_head))
     w.lm_head = w.embed;
   else
@@ -111,22 +201,35 @@ ModelWeights load_weights(const ModelConfig& c, const WeightNames& n,
   for (int64_t l = 0; l < c.n_layers; ++l) {
     const std::string p = fmt::format(fmt::runtime(n.layer), l);
     LayerWeights& L = w.layers[l];
-    L.attn_norm = r.vec(p + n.attn_norm, c.hidden);
-    L.q = r.linear(p + n.q, c.q_dim(), c.hidden, c.attention_bias);
-    L.k = r.linear(p + n.k, c.kv_dim(), c.hidden, c.attention_bias);
-    L.v = r.linear(p + n.v, c.kv_dim(), c.hidden, c.attention_bias);
-    L.o = r.linear(p + n.o, c.hidden, c.q_dim(), c.attention_bias);
-    if (c.qk_norm == QkNorm::PER_HEAD) {
-      L.q_norm = r.vec(p + n.q_norm, c.head_dim);
-      L.k_norm = r.vec(p + n.k_norm, c.head_dim);
-    } else if (c.qk_norm == QkNorm::FULL) {
-      L.q_norm = r.vec(p + n.q_norm, c.q_dim());
-      L.k_norm = r.vec(p + n.k_norm, c.kv_dim());
+    L.attn_norm = r.norm(p + n.attn_norm, c.hidden);
+    if (c.is_delta(l)) {
+      L.delta = r.delta(p + n.delta, w);
+    } else {
+      const int64_t q_rows = c.attn_output_gate ? 2 * c.q_dim() : c.q_dim();
+      L.q = r.linear(p + n.q, q_rows, c.hidden, c.attention_bias);
+      L.k = r.linear(p + n.k, c.kv_dim(), c.hidden, c.attention_bias);
+      L.v = r.linear(p + n.v, c.kv_dim(), c.hidden, c.attention_bias);
+      L.o = r.linear(p + n.o, c.hidden, c.q_dim(), c.attention_bias);
+      if (c.qk_norm == QkNorm::PER_HEAD) {
+        L.q_norm = r.norm(p + n.q_norm, c.head_dim);
+        L.k_norm = r.norm(p + n.k_norm, c.head_dim);
+      } else if (c.qk_norm == QkNorm::FULL) {
+        L.q_norm = r.norm(p + n.q_norm, c.q_dim());
+        L.k_norm = r.norm(p + n.k_norm, c.kv_dim());
+      }
     }
-    L.ffn_norm = r.vec(p + n.ffn_norm, c.hidden);
+    L.ffn_norm = r.norm(p + n.ffn_norm, c.hidden);
     if (c.layer_is_moe[l]) {
       L.router = r.matrix(p + n.moe + "gate.weight", c.n_experts, c.hidden);
       L.experts = r.experts(p + n.moe, n);
+      if (c.shared_expert_dim > 0) {
+        const std::string s = p + n.shared_expert;
+        const int64_t S = c.shared_expert_dim, H = c.hidden;
+        L.shared = {.gate = r.matrix(s + "gate_proj.weight", S, H),
+                    .up = r.matrix(s + "up_proj.weight", S, H),
+                    .down = r.matrix(s + "down_proj.weight", H, S)};
+        L.shared_gate = r.matrix(p + n.shared_gate, 1, H);
+      }
     } else {
       L.gate = r.matrix(p + n.mlp + "gate_proj.weight", c.ffn_dim, c.hidden);
       L.up = r.matrix(p + n.mlp + "up_proj.weight", c.ffn_dim, c.hidden);

@@ -13,8 +13,10 @@ void ModelWeights::for_each_matrix(const std::function<void(const TensorView&)>&
   fn(embed);
   if (lm_head.data != embed.data) fn(lm_head);
   for (const auto& L : layers) {
-    for (const Linear* l : {&L.q, &L.k, &L.v, &L.o}) fn(l->w);
-    for (const TensorView* t : {&L.gate, &L.up, &L.down, &L.router})
+    const DeltaNetWeights& d = L.delta;
+    for (const TensorView* t : {&L.q.w, &L.k.w, &L.v.w, &L.o.w, &d.qkv, &d.z, &d.b, &d.a, &d.out,
+                                &L.gate, &L.up, &L.down, &L.router, &L.shared.gate, &L.shared.up,
+                                &L.shared.down, &L.shared_gate})
       if (!t->empty()) fn(*t);
     for (const auto& e : L.experts) {
       fn(e.gate);

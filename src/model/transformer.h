@@ -12,13 +12,28 @@
 
 namespace ft {
 
-// Per-sequence KV cache, owned by the caller. k/v: [n_layers, capacity, kv_dim] f32.
+// Per-sequence state, owned by the caller, sized from the config once. Attention layers keep
+// k/v [n_attention_layers, capacity, kv_dim] f32. DeltaNet layers keep a recurrent state
+// instead: conv [n_delta_layers, conv_dim, kernel - 1] (the last inputs, oldest first) and
+// ssm [n_delta_layers, n_v_heads, k_head_dim, v_head_dim] f32, which summarise the first
+// recurrent_len tokens (a sequence only grows; position 0 starts it afresh).
 struct KVCache {
   KVCache(const ModelConfig& c, int64_t capacity);
   int64_t capacity, kv_dim;
   std::vector<float> k, v;
-  float* k_at(int64_t layer, int64_t pos) { return k.data() + (layer * capacity + pos) * kv_dim; }
-  float* v_at(int64_t layer, int64_t pos) { return v.data() + (layer * capacity + pos) * kv_dim; }
+  std::vector<int64_t> slot;  // [n_layers]: the layer's index among layers of its kind
+  int64_t conv_size = 0, ssm_size = 0;  // floats per DeltaNet layer
+  std::vector<float> conv, ssm;
+  int64_t recurrent_len = 0;
+  float* k_at(int64_t layer, int64_t pos) {
+    return k.data() + (slot[layer] * capacity + pos) * kv_dim;
+  }
+  float* v_at(int64_t layer, int64_t pos) {
+    return v.data() + (slot[layer] * capacity + pos) * kv_dim;
+  }
+  float* conv_at(int64_t layer) { return conv.data() + slot[layer] * conv_size; }
+  float* ssm_at(int64_t layer) { return ssm.data() + slot[layer] * ssm_size; }
+  size_t bytes() const { return (k.size() + v.size() + conv.size() + ssm.size()) * sizeof(float); }
 };
 
 // One sequence's part of a batched step: n tokens at positions pos0.. appended to its cache.
@@ -54,7 +69,11 @@ class Transformer {
   // Runs the layers over the tokens of seqs (concatenated), leaving hidden states in x_.
   void run_layers(std::span<const SeqStep> seqs);
   void attention_block(int64_t layer, std::span<const SeqStep> seqs, int64_t n);
+  // Gated DeltaNet mixer (model/delta_net_block.cpp): projections, causal conv, delta rule per
+  // sequence state, gated RMSNorm, output projection.
+  void delta_net_block(int64_t layer, std::span<const SeqStep> seqs, int64_t n);
   void ffn_block(int64_t layer, int64_t n);
+  void shared_expert(int64_t layer, int64_t n);  // adds the gated shared expert into tmp_
 
   const Model& model_;
   const ModelConfig& c_;
@@ -64,6 +83,11 @@ class Transformer {
   std::unique_ptr<Experts> experts_;
   // Scratch, [max_chunk, width]:
   std::vector<float> x_, xn_, q_, k_, v_, att_, tmp_, gate_, up_, router_, route_w_;
+  std::vector<float> q_gate_, attn_gate_;  // gated attention: [max_chunk, 2 * q_dim], [.., q_dim]
+  std::vector<float> sh_gate_, sh_up_, sh_logit_;  // shared expert [max_chunk, S | max(S, H) | 1]
+  // DeltaNet: projections [max_chunk, conv_dim | value_dim | n_v_heads x2], conv output,
+  // delta-rule output [max_chunk, value_dim].
+  std::vector<float> dn_qkv_, dn_z_, dn_b_, dn_a_, dn_conv_, dn_out_;
   std::vector<int32_t> route_ids_, ids_;
   std::vector<float> logits_;  // [max_chunk, vocab] rows of a batch step
 };

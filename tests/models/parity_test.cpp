@@ -1,7 +1,7 @@
 // Golden parity: each fixture family (tiny random checkpoint written by
 // tools/reference/make_fixtures.py with transformers) must reproduce the reference logits at
-// every prompt position and the 16-token greedy continuation, in one prefill pass and token by
-// token. Tolerance: max|d| <= 1e-3 * max|ref logit| per row (fp32 compute on both sides).
+// every prompt position and the 16-token greedy continuation, in one prefill pass, in chunks,
+// token by token and in batched steps. Tolerance: max|d| <= 1e-3 * max|ref logit| per row (fp32 compute on both sides).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -79,6 +79,20 @@ TEST_P(Parity, PrefillLogitsAtEveryPosition) {
   for (int64_t t = 0; t < T; ++t)
     expect_row_close(logits.data() + t * V, ref_.prefill.as<float>() + t * V, V,
                      "prefill position " + std::to_string(t));
+}
+
+// The whole prompt in one pass (for the hybrid fixtures: 80 tokens, more than one chunk of the
+// chunked delta rule inside a single step).
+TEST_P(Parity, OnePassPrefill) {
+  const auto& c = model_->config();
+  const int64_t T = static_cast<int64_t>(ref_.prompt.size()), V = c.vocab_size;
+  Transformer tf(*model_, pool_, T);
+  KVCache kv(c, T);
+  std::vector<float> logits(T * V);
+  tf.forward(ref_.prompt.data(), T, 0, kv, logits.data(), true);
+  for (int64_t t = 0; t < T; ++t)
+    expect_row_close(logits.data() + t * V, ref_.prefill.as<float>() + t * V, V,
+                     "one-pass prefill position " + std::to_string(t));
 }
 
 TEST_P(Parity, TokenByTokenDecodeMatchesPrefillAndGreedy) {
@@ -159,7 +173,8 @@ TEST_P(Parity, BatchedStepsMatchReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, Parity,
-                         ::testing::Values("qwen3_moe", "qwen3_moe_yarn", "mixtral", "olmoe"));
+                         ::testing::Values("qwen3_moe", "qwen3_moe_yarn", "mixtral", "olmoe",
+                                           "qwen3_next", "qwen3_5_moe"));
 
 }  // namespace
 }  // namespace ft
