@@ -13,6 +13,9 @@
 #pragma once
 #include <cstdint>
 #include <cstring>
+#if (defined(__SSE2__) || defined(__F16C__)) && !defined(__CUDACC__)
+#include <immintrin.h>
+#endif
 
 #if defined(__CUDACC__)
 #define FT_QHD __host__ __device__ __forceinline__
@@ -44,6 +47,9 @@ FT_QHD uint32_t f32_bits(float f) {
 // float operand would cost a microcode assist per block (Q6_K / IQ4_XS scales often are
 // fp16 subnormals).
 FT_QHD float half_f32(uint16_t h) {
+#if defined(__F16C__) && !defined(__CUDA_ARCH__)
+  return _cvtsh_ss(h);  // vcvtph2ps: exact, subnormals included
+#endif
   const uint32_t e = h & 0x7c00u, mag = static_cast<uint32_t>(h & 0x7fff) << 13;
   float v = bits_f32(e == 0x7c00u ? (mag | 0x7f800000u) : mag + 0x38000000u);  // rebias 15 -> 127
   if (e == 0) v = static_cast<float>(h & 0x3ff) * 5.9604644775390625e-8f;   // m * 2^-24
@@ -65,9 +71,15 @@ FT_QHD float e8m0_f32(uint8_t e) {
   return e == 0 ? bits_f32(0x00400000u) : bits_f32(static_cast<uint32_t>(e) << 23);
 }
 
-// Low nibbles of q[0..15] to lo[0..15], high nibbles to hi[0..15]; 8 bytes per word (SWAR),
-// which compilers keep in registers where a byte loop would not vectorize.
+// Low nibbles of q[0..15] to lo[0..15], high nibbles to hi[0..15]. On x86 hosts one SSE2
+// vector each (compilers do not vectorize the byte loop across block structs); elsewhere SWAR,
+// 8 bytes per 64-bit word.
 FT_QHD void split_nibbles16(const uint8_t* q, uint8_t* FT_RESTRICT lo, uint8_t* FT_RESTRICT hi) {
+#if defined(__SSE2__) && !defined(__CUDA_ARCH__)
+  const __m128i m = _mm_set1_epi8(0x0f), v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(lo), _mm_and_si128(v, m));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(hi), _mm_and_si128(_mm_srli_epi16(v, 4), m));
+#else
   for (int h = 0; h < 2; ++h) {
     uint64_t w;
     memcpy(&w, q + 8 * h, 8);
@@ -75,10 +87,16 @@ FT_QHD void split_nibbles16(const uint8_t* q, uint8_t* FT_RESTRICT lo, uint8_t* 
     memcpy(lo + 8 * h, &l, 8);
     memcpy(hi + 8 * h, &u, 8);
   }
+#endif
 }
 
-// Byte j of q[0..7] to out[2j] (low nibble) and out[2j + 1] (high nibble), SWAR.
+// Byte j of q[0..7] to out[2j] (low nibble) and out[2j + 1] (high nibble).
 FT_QHD void interleave_nibbles8(const uint8_t* q, uint8_t* FT_RESTRICT out) {
+#if defined(__SSE2__) && !defined(__CUDA_ARCH__)
+  const __m128i m = _mm_set1_epi8(0x0f), v = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(q));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(out),
+                   _mm_unpacklo_epi8(_mm_and_si128(v, m), _mm_and_si128(_mm_srli_epi16(v, 4), m)));
+#else
   for (int h = 0; h < 2; ++h) {
     uint32_t v;
     memcpy(&v, q + 4 * h, 4);
@@ -87,6 +105,7 @@ FT_QHD void interleave_nibbles8(const uint8_t* q, uint8_t* FT_RESTRICT out) {
     const uint64_t r = (t & 0x000f000f000f000full) | (((t >> 4) & 0x000f000f000f000full) << 8);
     memcpy(out + 8 * h, &r, 8);
   }
+#endif
 }
 
 // E2M1 codes doubled so they are integers: {0, .5, 1, 1.5, 2, 3, 4, 6} x 2, sign in bit 3.

@@ -172,6 +172,32 @@ void dequantize_fp8_b128(const uint8_t* q, const float* scale_inv, int64_t rows,
       dst[r * cols + c] = e4m3_f32(q[r * cols + c]) * scale_inv[(r / 128) * sc + c / 128];
 }
 
+void mxfp4_from_hf(const uint8_t* blocks, const uint8_t* scales, int64_t n_blocks, void* dst) {
+  auto* out = static_cast<BlockMXFP4*>(dst);
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    uint8_t v[32];
+    for (int j = 0; j < 16; ++j) {
+      v[2 * j] = blocks[16 * b + j] & 0xf;
+      v[2 * j + 1] = blocks[16 * b + j] >> 4;
+    }
+    out[b].e = scales[b];
+    for (int i = 0; i < 16; ++i) out[b].qs[i] = static_cast<uint8_t>(v[i] | (v[i + 16] << 4));
+  }
+}
+
+void nvfp4_from_modelopt(const uint8_t* packed, const uint8_t* scales, int64_t rows, int64_t cols,
+                         void* dst) {
+  if (cols % 16) fail("NVFP4 rows must be a multiple of 16 elements, got {}", cols);
+  auto* out = static_cast<BlockNVFP4*>(dst);
+  const int64_t nb = cols / 16;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t b = 0; b < nb; ++b) {
+      BlockNVFP4& o = out[r * nb + b];
+      o.d = scales[r * nb + b];
+      std::copy_n(packed + r * (cols / 2) + 8 * b, 8, o.qs);
+    }
+}
+
 void dequantize_rows(const TensorView& w, int64_t r0, int64_t r1, float* dst) {
   FT_CHECK(w.ndim == 2 && r0 >= 0 && r0 <= r1 && r1 <= w.shape[0], "{} rows {}..{}", w.name, r0,
            r1);

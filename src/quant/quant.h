@@ -74,6 +74,16 @@ inline int64_t fp8_b128_scale_count(int64_t rows, int64_t cols) {
   return ((rows + 127) / 128) * ((cols + 127) / 128);
 }
 
+// Checkpoint layouts to ours (the loader's canonicalisation step):
+// gpt-oss / HF MXFP4: `*_blocks` [n_blocks, 16] bytes, element 2j in the low nibble of byte j,
+// `*_scales` [n_blocks] e8m0  ->  ggml MXFP4 blocks (low nibbles are elements 0..15).
+void mxfp4_from_hf(const uint8_t* blocks, const uint8_t* scales, int64_t n_blocks, void* dst);
+// ModelOpt NVFP4: `weight` [rows, cols/2] (element 2j in the low nibble of byte j) and
+// `weight_scale` e4m3 [rows, cols/16]  ->  NVFP4 rows. `weight_scale_2` is the view's
+// global_scale.
+void nvfp4_from_modelopt(const uint8_t* packed, const uint8_t* scales, int64_t rows, int64_t cols,
+                         void* dst);
+
 // Rows [r0, r1) of a 2-D TensorView of any supported dtype (plain or quantized) to f32
 // [r1 - r0, cols]. Uses the view's scale_inv / global_scale.
 void dequantize_rows(const TensorView& w, int64_t r0, int64_t r1, float* dst);

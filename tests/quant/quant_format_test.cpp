@@ -279,6 +279,35 @@ TEST(QuantVectors, FP8Block128) {
   EXPECT_THROW(dequantize_row(QuantType::FP8_E4M3_B128, q.data(), y.data(), 128), Error);
 }
 
+TEST(QuantRepack, GptOssMxfp4AndModelOptNvfp4) {
+  // HF MXFP4: element 2j low nibble of byte j. Byte 0 = 0x2a: el 0 = code 0xa (-1), el 1 = code 2 (1).
+  uint8_t blocks[16] = {};
+  blocks[0] = 0x2a;
+  blocks[15] = 0x70;  // el 30 = 0, el 31 = code 7 (6)
+  const uint8_t scales[1] = {128};  // 2^1
+  BlockMXFP4 b;
+  mxfp4_from_hf(blocks, scales, 1, &b);
+  float y[32];
+  dequantize_row(QuantType::MXFP4, &b, y, 32);
+  EXPECT_EQ(y[0], -2.f);
+  EXPECT_EQ(y[1], 2.f);
+  EXPECT_EQ(y[31], 12.f);
+  EXPECT_EQ(y[30], 0.f);
+  EXPECT_EQ(y[2], 0.f);
+  // ModelOpt: 2 rows x 32 cols, scales [2, 2] e4m3
+  uint8_t packed[2 * 16] = {}, sc[4] = {0x38, 0x40, 0x30, 0x48};  // 1, 2, 0.5, 4
+  packed[0] = 0x51;        // row 0: el 0 = 0.5, el 1 = 3
+  packed[16 + 8] = 0x0f;   // row 1, second block: el 16 = -6
+  std::vector<BlockNVFP4> nb(4);
+  nvfp4_from_modelopt(packed, sc, 2, 32, nb.data());
+  float z[64];
+  dequantize_row(QuantType::NVFP4, nb.data(), z, 64, 2.f);  // global scale 2
+  EXPECT_EQ(z[0], 1.f);        // 0.5 * 1 * 2
+  EXPECT_EQ(z[1], 6.f);        // 3 * 1 * 2
+  EXPECT_EQ(z[32 + 16], -48.f);  // -6 * 4 * 2
+  EXPECT_EQ(z[32 + 17], 0.f);
+}
+
 // decode() is dequant() in the d * u + m form the int8 kernels use.
 TEST(QuantDecode, MatchesDequant) {
   std::mt19937 rng(7);
