@@ -54,6 +54,9 @@ struct Head {
 };
 }  // namespace
 
+// Per token, with S the state before the decay: S^T k and S^T q in one read pass, then
+// delta = beta (v - e^g S^T k), out = (e^g S + k delta^T)^T q = e^g S^T q + (k.q) delta, and
+// the state update S = e^g S + k delta^T in one read-write pass.
 void gated_delta_rule_recurrent(const DeltaRuleArgs& a, int64_t head) {
   const auto& kr = cpu::kernels();
   const Head hd(a, head);
@@ -63,16 +66,22 @@ void gated_delta_rule_recurrent(const DeltaRuleArgs& a, int64_t head) {
   for (int64_t t = 0; t < a.n; ++t) {
     const float *q = hd.q(t), *k = hd.k(t), *v = hd.v(t);
     const float decay = std::exp(hd.g(t)), beta = hd.beta(t);
-    std::fill(delta.begin(), delta.end(), 0.f);
-    for (int64_t i = 0; i < dk; ++i) kr.axpy(k[i], hd.S + i * dv, delta.data(), dv);  // S^T k
-    for (int64_t j = 0; j < dv; ++j) delta[j] = beta * (v[j] - decay * delta[j]);
     float* o = hd.out(t);
+    std::fill(delta.begin(), delta.end(), 0.f);
     std::fill(o, o + dv, 0.f);
     for (int64_t i = 0; i < dk; ++i) {
+      kr.axpy(k[i], hd.S + i * dv, delta.data(), dv);  // S^T k
+      kr.axpy(q[i], hd.S + i * dv, o, dv);             // S^T q
+    }
+    const float kq = kr.dot(k, q, dk);
+    for (int64_t j = 0; j < dv; ++j) {
+      delta[j] = beta * (v[j] - decay * delta[j]);
+      o[j] = decay * o[j] + kq * delta[j];
+    }
+    for (int64_t i = 0; i < dk; ++i) {
       float* row = hd.S + i * dv;
-      for (int64_t j = 0; j < dv; ++j) row[j] *= decay;
+      kr.axpy(decay - 1.f, row, row, dv);  // row *= decay (axpy is elementwise, so x may be y)
       kr.axpy(k[i], delta.data(), row, dv);
-      kr.axpy(q[i], row, o, dv);
     }
   }
 }
