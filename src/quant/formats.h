@@ -20,7 +20,9 @@
 #if defined(__CUDACC__)
 #define FT_QHD __host__ __device__ __forceinline__
 #else
-#define FT_QHD inline
+// Always inlined: translation units built for different ISAs (-mavx512f, plain x86-64) must
+// each get their own code, never one merged out-of-line copy.
+#define FT_QHD inline __attribute__((always_inline))
 #endif
 #define FT_RESTRICT __restrict__
 
@@ -64,6 +66,26 @@ FT_QHD float e4m3_f32(uint8_t b) {
   if (a == 0x7f) v = bits_f32(0x7fc00000u);                        // S.1111.111: NaN
   return bits_f32(f32_bits(v) | (static_cast<uint32_t>(b & 0x80) << 24));
 }
+
+// The 256 e4m3 values as a constexpr table (host decode loops: one load per block scale).
+struct E4M3Table {
+  float v[256];
+};
+constexpr E4M3Table make_e4m3_table() {
+  E4M3Table t{};
+  for (int b = 0; b < 256; ++b) {
+    const int e = (b >> 3) & 15, m = b & 7;
+    float v = e == 0 ? static_cast<float>(m) / 512.f : 1.f + static_cast<float>(m) / 8.f;
+    for (int i = 7; i < e; ++i) v *= 2.f;
+    for (int i = e; i < 7 && e != 0; ++i) v *= 0.5f;
+    if (e == 15 && m == 7) v = __builtin_nanf("");
+    t.v[b] = (b & 0x80) ? -v : v;
+  }
+  return t;
+}
+#if !defined(__CUDACC__)
+inline constexpr E4M3Table k_e4m3 = make_e4m3_table();
+#endif
 
 // OCP E8M0 scale 2^(e-127) (255 is NaN).
 FT_QHD float e8m0_f32(uint8_t e) {
@@ -276,7 +298,11 @@ struct NVFP4 {
   }
   static FT_QHD void decode(const Block& b, uint8_t* FT_RESTRICT u, float* FT_RESTRICT d, float* FT_RESTRICT m) {
     interleave_nibbles8(b.qs, u);
+#if defined(__CUDACC__)
     d[0] = 0.5f * e4m3_f32(b.d);
+#else
+    d[0] = 0.5f * k_e4m3.v[b.d];
+#endif
     m[0] = -12.f * d[0];
   }
 };

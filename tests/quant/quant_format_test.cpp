@@ -69,6 +69,13 @@ TEST(QuantScalars, HalfE4M3E8M0E2M1) {
   EXPECT_EQ(e8m0_f32(127), 1.f);
   EXPECT_EQ(e8m0_f32(130), 8.f);
   EXPECT_EQ(e8m0_f32(0), std::ldexp(1.f, -127));
+  for (int c = 0; c < 256; ++c) {  // constexpr table == bit conversion
+    if (c == 0x7f || c == 0xff) {
+      EXPECT_TRUE(std::isnan(k_e4m3.v[c]));
+      continue;
+    }
+    EXPECT_EQ(k_e4m3.v[c], e4m3_f32(static_cast<uint8_t>(c))) << c;
+  }
   // nearest-even encoders
   for (int c = 0; c < 0x7f; ++c) {
     EXPECT_EQ(f32_to_e4m3(e4m3_f32(static_cast<uint8_t>(c))), c);
