@@ -9,6 +9,7 @@
 #include <filesystem>
 
 #include "base/error.h"
+#include "io/gguf.h"
 
 namespace ft::cli {
 
@@ -42,6 +43,7 @@ void check_ids(const std::vector<int32_t>& ids, int64_t vocab, const char* flag)
 std::unique_ptr<Model> load_model(const std::string& dir) {
   struct stat st{};
   if (dir.empty()) fail("--model is required");
+  if (is_gguf_path(dir)) return Model::load(dir);  // a .gguf file or the first split part
   if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
     fail("model directory {} does not exist", dir);
   return Model::load(dir);

@@ -6,6 +6,7 @@
 #include "base/error.h"
 #include "base/half.h"
 #include "base/log.h"
+#include "io/gguf.h"
 
 namespace ft {
 
@@ -33,6 +34,7 @@ size_t Model::matrix_bytes() const {
 }
 
 std::unique_ptr<Model> Model::load(const std::string& dir) {
+  if (is_gguf_path(dir)) return load_gguf(dir);
   nlohmann::json raw;
   ModelConfig config = read_model_config(dir, &raw);
   const Family* family = find_family(config.model_type);

@@ -16,6 +16,9 @@ class Model {
   // Loads an HF checkpoint directory (config.json + safetensors). Every tensor's dtype and
   // shape is checked; errors are ft::Error naming the file and the fix.
   static std::unique_ptr<Model> load(const std::string& dir);
+  // Loads a .gguf file (or the first of its split parts): model/gguf_loader.cpp. load() calls
+  // it for paths ending in .gguf.
+  static std::unique_ptr<Model> load_gguf(const std::string& path);
 
   // A model with random bf16 weights made in memory (benchmarks; no file).
   static std::unique_ptr<Model> synthetic(const ModelConfig& config, uint64_t seed);
@@ -32,6 +35,7 @@ class Model {
   ModelConfig config_;
   std::unique_ptr<SafetensorsSet> files_;
   std::vector<std::vector<uint16_t>> arena_;  // synthetic weights
+  std::shared_ptr<void> storage_;             // GGUF: mapped files + tensors rebuilt at load
   ModelWeights weights_;
 };
 

@@ -7,6 +7,8 @@
 #include <sstream>
 
 #include "base/error.h"
+#include "io/gguf.h"
+#include "tokenizer/gguf_vocab.h"
 #include "tokenizer/jinja/template.h"
 
 namespace ft {
@@ -58,6 +60,12 @@ std::string template_from_config(const ojson& cfg, const fs::path& where) {
 }  // namespace
 
 ChatTemplate ChatTemplate::load(const std::string& model_dir) {
+  if (is_gguf_path(model_dir)) {  // tokenizer.chat_template (tokenizer/gguf_vocab.cpp)
+    std::string source, bos, eos;
+    if (!gguf_chat_template(model_dir, &source, &bos, &eos))
+      fail("{}: has no tokenizer.chat_template", model_dir);
+    return from_string(source, bos, eos);
+  }
   fs::path path(model_dir);
   fs::path dir = fs::is_directory(path) ? path : path.parent_path();
   ojson cfg = fs::exists(dir / "tokenizer_config.json") ? read_json(dir / "tokenizer_config.json")

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "base/error.h"
+#include "io/gguf.h"
 #include "tokenizer/unicode.h"
 
 namespace ft {
@@ -36,13 +37,20 @@ std::string token_text(const nlohmann::json& j) {
 
 Tokenizer Tokenizer::load(const std::string& dir) {
   namespace fs = std::filesystem;
+  if (is_gguf_path(dir)) return load_gguf(dir);
   fs::path base(dir);
   fs::path file = fs::is_directory(base) ? base / "tokenizer.json" : base;
   if (!fs::exists(file))
     fail("{} not found; pass a model directory that holds the Hugging Face tokenizer.json",
          file.string());
   const std::string where = file.string();
-  nlohmann::json j = read_json(where);
+  Tokenizer tok = from_json(read_json(where), where);
+  fs::path config = file.parent_path() / "tokenizer_config.json";
+  if (fs::exists(config)) tok.load_config(config.string());
+  return tok;
+}
+
+Tokenizer Tokenizer::from_json(const nlohmann::json& j, const std::string& where) {
   Tokenizer tok;
   try {
     if (!j.is_object() || !j.contains("model"))
@@ -77,8 +85,6 @@ Tokenizer Tokenizer::load(const std::string& dir) {
   } catch (const nlohmann::json::exception& e) {
     fail("{}: unexpected structure ({}); re-download the file", where, e.what());
   }
-  fs::path config = file.parent_path() / "tokenizer_config.json";
-  if (fs::exists(config)) tok.load_config(config.string());
   return tok;
 }
 

@@ -20,6 +20,11 @@ class Tokenizer {
  public:
   // dir holds tokenizer.json and optionally tokenizer_config.json. Throws ft::Error.
   static Tokenizer load(const std::string& dir);
+  // A tokenizer from a tokenizer.json document (`where` names it in errors).
+  static Tokenizer from_json(const nlohmann::json& j, const std::string& where);
+  // From a GGUF file's tokenizer.ggml.* metadata (tokenizer/gguf_vocab.cpp); load() calls it
+  // for paths ending in .gguf.
+  static Tokenizer load_gguf(const std::string& path);
 
   // add_special: add BOS/EOS as the post-processor (or tokenizer_config's add_bos_token /
   // add_eos_token, which transformers applies on top of tokenizer.json) says. Added tokens in
