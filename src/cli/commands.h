@@ -11,5 +11,6 @@ void add_tokenize_command(CLI::App& app);  // tokenize.cpp
 void add_perplexity_command(CLI::App& app);  // perplexity.cpp
 void add_serve_command(CLI::App& app);     // serve.cpp
 void add_quantize_command(CLI::App& app);  // quantize.cpp
+void add_ctl_command(CLI::App& app);       // ctl.cpp
 
 }  // namespace ft::cli

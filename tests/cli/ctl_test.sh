@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# ft ctl against a real `ft serve` of the demo model: every subcommand's human and --json output,
+# API-key handling, and one-line errors (exit != 0) for an unreachable or bad base URL.
+# usage: ctl_test.sh FT_BINARY DEMO_MODEL_DIR
+set -u
+ft=$1 model=$2
+port=$((20000 + RANDOM % 20000))
+key=ctl-test-key
+url=http://127.0.0.1:$port
+log=$(mktemp)
+"$ft" serve --model "$model" --port "$port" --api-key "$key" --threads 1 >"$log" 2>&1 &
+server=$!
+trap 'kill $server 2>/dev/null; wait $server 2>/dev/null; rm -f "$log"' EXIT
+ctl() { "$ft" ctl --base-url "$url" --api-key "$key" "$@"; }
+for _ in $(seq 1 300); do
+  ctl health >/dev/null 2>&1 && break
+  kill -0 $server 2>/dev/null || { echo "server died:"; cat "$log"; exit 1; }
+  sleep 0.1
+done
+fails=0 passes=0
+check() {  # name, rc wanted (0 or nz), substring of stdout (ok) or stderr (error), command...
+  local name=$1 want_rc=$2 want=$3; shift 3
+  local out err rc
+  out=$("$@" 2>/tmp/ft_ctl_err.$$); rc=$?; err=$(cat /tmp/ft_ctl_err.$$); rm -f /tmp/ft_ctl_err.$$
+  local ok=1
+  if [ "$want_rc" = 0 ]; then
+    [ $rc -eq 0 ] && [[ "$out" == *"$want"* ]] || ok=0
+  else
+    local lines; lines=$(printf '%s' "$err" | grep -c '')
+    [ $rc -ne 0 ] && [ "$lines" -eq 1 ] && [[ "$err" == "ft: error: "*"$want"* ]] || ok=0
+  fi
+  if [ $ok = 1 ]; then passes=$((passes+1)); else
+    echo "FAIL $name: rc=$rc out=${out:0:300} err=${err:0:300}"; fails=$((fails+1)); fi
+}
+check health 0 "ok (ready)" ctl health
+check health-json 0 '"status":"ok"' ctl --json health
+check generate-json 0 '"output_ids":[' ctl --json generate "the cat" -n 4
+check generate 0 "" ctl generate "a dog" -n 3
+check stats 0 "requests_total" ctl stats
+check stats-bytes 0 "memory.weight_bytes" ctl stats
+check stats-json 0 '"generated_tokens_total": ' ctl --json stats
+check requests 0 "generate" ctl requests
+check requests-head 0 "completion" ctl requests
+check no-key nz "answered 401" "$ft" ctl --base-url "$url" stats
+check wrong-key nz "answered 401" "$ft" ctl --base-url "$url" --api-key nope stats
+check unreachable nz "cannot reach http://127.0.0.1:1/health" "$ft" ctl --base-url http://127.0.0.1:1 health
+check https nz "must start with http://" "$ft" ctl --base-url https://example.com health
+check generate-empty nz "give the text" ctl generate ""
+check generate-n nz "" ctl generate "x" -n 0
+check no-sub nz "" "$ft" ctl
+# Stats must count what was generated above.
+gen=$(ctl --json stats | grep -o '"generated_tokens_total": [0-9]*' | grep -o '[0-9]*$')
+if [ "${gen:-0}" -ge 7 ]; then passes=$((passes+1)); else echo "FAIL stats-count: $gen"; fails=$((fails+1)); fi
+echo "ctl_test: $passes passed, $fails failed"
+[ $fails -eq 0 ]
