@@ -43,8 +43,8 @@ void Transformer::delta_net_block(int64_t l, std::span<const SeqStep> seqs, int6
 
   int64_t t0 = 0;
   for (const auto& s : seqs) {
-    ops::causal_conv1d_silu(pool_, dn_qkv_.data() + t0 * cd, s.n, cd, D.conv.data(),
-                            d.conv_kernel, s.kv->conv_at(l), dn_conv_.data() + t0 * cd);
+    ops::causal_conv1d_silu(pool_, dn_qkv_.data() + t0 * cd, s.n, cd, D.conv.data(), d.conv_kernel,
+                            s.kv->conv_at(l), dn_conv_.data() + t0 * cd);
     t0 += s.n;
   }
   const float q_scale = 1.f / std::sqrt(static_cast<float>(dk));
@@ -59,8 +59,8 @@ void Transformer::delta_net_block(int64_t l, std::span<const SeqStep> seqs, int6
     for (int64_t h = 0; h < nv; ++h) {
       float& b = dn_b_[t * nv + h];
       float& a = dn_a_[t * nv + h];
-      b = 1.f / (1.f + std::exp(-b));                                   // beta
-      a = -std::exp(D.a_log[h]) * softplus(a + D.dt_bias[h]);          // g
+      b = 1.f / (1.f + std::exp(-b));                          // beta
+      a = -std::exp(D.a_log[h]) * softplus(a + D.dt_bias[h]);  // g
     }
   }
 
@@ -68,10 +68,19 @@ void Transformer::delta_net_block(int64_t l, std::span<const SeqStep> seqs, int6
   t0 = 0;
   for (const auto& s : seqs) {
     const float* row = dn_conv_.data() + t0 * cd;
-    rule.push_back({.q = row, .k = row + K, .v = row + 2 * K, .qkv_stride = cd,
-                    .g = dn_a_.data() + t0 * nv, .beta = dn_b_.data() + t0 * nv, .n = s.n,
-                    .n_k_heads = d.n_k_heads, .n_v_heads = nv, .k_dim = dk, .v_dim = dv,
-                    .state = s.kv->ssm_at(l), .out = dn_out_.data() + t0 * V});
+    rule.push_back({.q = row,
+                    .k = row + K,
+                    .v = row + 2 * K,
+                    .qkv_stride = cd,
+                    .g = dn_a_.data() + t0 * nv,
+                    .beta = dn_b_.data() + t0 * nv,
+                    .n = s.n,
+                    .n_k_heads = d.n_k_heads,
+                    .n_v_heads = nv,
+                    .k_dim = dk,
+                    .v_dim = dv,
+                    .state = s.kv->ssm_at(l),
+                    .out = dn_out_.data() + t0 * V});
     t0 += s.n;
   }
   ops::gated_delta_rule(pool_, rule);

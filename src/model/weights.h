@@ -22,7 +22,8 @@ struct ExpertWeights {
 // Gated DeltaNet mixer in the canonical (Qwen3.5) layout; the loader splits Qwen3-Next's fused,
 // per-key-head interleaved in_proj_qkvz / in_proj_ba into it.
 struct DeltaNetWeights {
-  TensorView qkv;                     // [conv_dim, hidden]: q [key_dim] | k [key_dim] | v [value_dim]
+  TensorView qkv;                     // [conv_dim, hidden]: q [key_dim] | k [key_dim] | v
+                                      // [value_dim]
   TensorView z;                       // [value_dim, hidden] output gate
   TensorView b, a;                    // [n_v_heads, hidden] write strength (beta), decay input
   std::vector<float> conv;            // [conv_dim, kernel] depthwise causal conv

@@ -43,7 +43,9 @@ struct Head {
   int64_t h, kh;
   float* S;  // [k_dim, v_dim]
   Head(const DeltaRuleArgs& args, int64_t head)
-      : a(args), h(head), kh(head / (args.n_v_heads / args.n_k_heads)),
+      : a(args),
+        h(head),
+        kh(head / (args.n_v_heads / args.n_k_heads)),
         S(args.state + head * args.k_dim * args.v_dim) {}
   const float* q(int64_t t) const { return a.q + t * a.qkv_stride + kh * a.k_dim; }
   const float* k(int64_t t) const { return a.k + t * a.qkv_stride + kh * a.k_dim; }
@@ -128,8 +130,7 @@ void gated_delta_rule_chunked(const DeltaRuleArgs& a, int64_t head, int64_t chun
       }
       const float* qt = hd.q(c0 + t);
       for (int64_t s = 0; s <= t; ++s)
-        kr.axpy(std::exp(gam[t] - gam[s]) * kr.dot(qt, hd.k(c0 + s), dk), U.data() + s * dv, o,
-                dv);
+        kr.axpy(std::exp(gam[t] - gam[s]) * kr.dot(qt, hd.k(c0 + s), dk), U.data() + s * dv, o, dv);
       std::copy_n(o, dv, hd.out(c0 + t));
     }
     const float e_last = std::exp(gam[L - 1]);

@@ -21,15 +21,15 @@ void causal_conv1d_silu(ThreadPool& pool, const float* x, int64_t n, int64_t cha
 //   S *= exp(g);  delta = beta * (v - S^T k);  S += k delta^T;  out = S^T q.
 // q and k are used as given (the caller L2-normalises them and scales q).
 struct DeltaRuleArgs {
-  const float* q;      // token t at q + t * qkv_stride: [n_k_heads * k_dim]
-  const float* k;      // same layout as q
-  const float* v;      // token t at v + t * qkv_stride: [n_v_heads * v_dim]
+  const float* q;  // token t at q + t * qkv_stride: [n_k_heads * k_dim]
+  const float* k;  // same layout as q
+  const float* v;  // token t at v + t * qkv_stride: [n_v_heads * v_dim]
   int64_t qkv_stride;
-  const float* g;      // [n, n_v_heads] log decay (<= 0)
-  const float* beta;   // [n, n_v_heads] write strength
+  const float* g;     // [n, n_v_heads] log decay (<= 0)
+  const float* beta;  // [n, n_v_heads] write strength
   int64_t n, n_k_heads, n_v_heads, k_dim, v_dim;
-  float* state;        // [n_v_heads, k_dim, v_dim], updated in place
-  float* out;          // [n, n_v_heads * v_dim]
+  float* state;  // [n_v_heads, k_dim, v_dim], updated in place
+  float* out;    // [n, n_v_heads * v_dim]
 };
 
 // Tokens per chunk of the chunked form (transformers and FLA use 64 as well).
@@ -39,8 +39,7 @@ inline constexpr int64_t k_delta_chunk = 64;
 void gated_delta_rule_recurrent(const DeltaRuleArgs& a, int64_t head);
 // One head, chunks of up to `chunk` tokens: within a chunk the updates are solved as one
 // lower-triangular system (the WY/UT form), so the state is read and written once per chunk.
-void gated_delta_rule_chunked(const DeltaRuleArgs& a, int64_t head,
-                              int64_t chunk = k_delta_chunk);
+void gated_delta_rule_chunked(const DeltaRuleArgs& a, int64_t head, int64_t chunk = k_delta_chunk);
 // Several sequences as one parallel region over (sequence, head): single tokens take the
 // recurrent form, longer runs the chunked one.
 void gated_delta_rule(ThreadPool& pool, std::span<const DeltaRuleArgs> seqs);

@@ -2,6 +2,8 @@
 // plain per-element reference) across chunk sizes and a non-zero starting state; the causal
 // conv continues its state across calls; hybrid configs (layer_types / full_attention_interval,
 // partial rotary default) and the per-sequence state layout; misuse of the recurrent state.
+#include "ops/delta_net.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -10,7 +12,6 @@
 #include "backend/cpu/kernels.h"
 #include "base/error.h"
 #include "model/transformer.h"
-#include "ops/delta_net.h"
 
 namespace ft {
 namespace {
@@ -20,9 +21,19 @@ struct RuleCase {
   std::vector<float> qkv, g, beta, state;  // qkv rows [q | k | v]
   int64_t stride() const { return 2 * nk * dk + nv * dv; }
   ops::DeltaRuleArgs args(float* st, float* out) const {
-    return {.q = qkv.data(), .k = qkv.data() + nk * dk, .v = qkv.data() + 2 * nk * dk,
-            .qkv_stride = stride(), .g = g.data(), .beta = beta.data(), .n = n, .n_k_heads = nk,
-            .n_v_heads = nv, .k_dim = dk, .v_dim = dv, .state = st, .out = out};
+    return {.q = qkv.data(),
+            .k = qkv.data() + nk * dk,
+            .v = qkv.data() + 2 * nk * dk,
+            .qkv_stride = stride(),
+            .g = g.data(),
+            .beta = beta.data(),
+            .n = n,
+            .n_k_heads = nk,
+            .n_v_heads = nv,
+            .k_dim = dk,
+            .v_dim = dv,
+            .state = st,
+            .out = out};
   }
 };
 
@@ -92,7 +103,8 @@ TEST(DeltaRule, ChunkedAndRecurrentFormsMatchTheReference) {
     std::vector<float> st = c.state, out(c.n * c.nv * c.dv);
     const ops::DeltaRuleArgs a = c.args(st.data(), out.data());
     for (int64_t h = 0; h < c.nv; ++h)
-      chunk == 0 ? ops::gated_delta_rule_recurrent(a, h) : ops::gated_delta_rule_chunked(a, h, chunk);
+      chunk == 0 ? ops::gated_delta_rule_recurrent(a, h)
+                 : ops::gated_delta_rule_chunked(a, h, chunk);
     EXPECT_LE(max_abs_diff(out, ref_out), 2e-4f) << "chunk " << chunk;
     EXPECT_LE(max_abs_diff(st, ref_state), 2e-4f) << "chunk " << chunk;
   };
@@ -151,9 +163,9 @@ ModelConfig hybrid_config(const nlohmann::json& j) {
 }
 
 TEST(HybridConfig, LayerTypesIntervalAndPartialRotary) {
-  nlohmann::json j = {{"num_hidden_layers", 8},         {"linear_num_key_heads", 2},
-                      {"linear_num_value_heads", 4},    {"linear_key_head_dim", 16},
-                      {"linear_value_head_dim", 8},     {"shared_expert_intermediate_size", 12}};
+  nlohmann::json j = {{"num_hidden_layers", 8},      {"linear_num_key_heads", 2},
+                      {"linear_num_value_heads", 4}, {"linear_key_head_dim", 16},
+                      {"linear_value_head_dim", 8},  {"shared_expert_intermediate_size", 12}};
   ModelConfig c = hybrid_config(j);  // default full_attention_interval 4
   for (int64_t l = 0; l < 8; ++l) EXPECT_EQ(c.is_delta(l), (l + 1) % 4 != 0) << l;
   EXPECT_EQ(c.rope.partial_rotary_factor, 0.25);
@@ -164,8 +176,8 @@ TEST(HybridConfig, LayerTypesIntervalAndPartialRotary) {
   j["full_attention_interval"] = 2;
   c = hybrid_config(j);
   EXPECT_TRUE(c.is_delta(0) && !c.is_delta(1) && c.is_delta(6) && !c.is_delta(7));
-  j["layer_types"] = {"full_attention", "linear_attention", "mamba", "attention",
-                      "full_attention", "full_attention", "full_attention", "full_attention"};
+  j["layer_types"] = {"full_attention", "linear_attention", "mamba",          "attention",
+                      "full_attention", "full_attention",   "full_attention", "full_attention"};
   c = hybrid_config(j);
   EXPECT_TRUE(!c.is_delta(0) && c.is_delta(1) && c.is_delta(2) && !c.is_delta(3));
   j["partial_rotary_factor"] = 0.5;
