@@ -57,6 +57,26 @@ struct Avx2Q {
     }
     return r;
   }
+  // e4m3 -> f32 lane-wise (see the AVX-512 table): integer rebias, subnormal and NaN blends, sign.
+  static __m256 e4m3_8(const uint8_t* q) {
+    const __m256i x = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(q)));
+    const __m256i a = _mm256_and_si256(x, _mm256_set1_epi32(0x7f));
+    __m256 v = _mm256_castsi256_ps(
+        _mm256_add_epi32(_mm256_slli_epi32(a, 20), _mm256_set1_epi32(120 << 23)));
+    const __m256 sub = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(8), a));
+    v = _mm256_blendv_ps(v, _mm256_mul_ps(_mm256_cvtepi32_ps(a), _mm256_set1_ps(0.001953125f)), sub);
+    const __m256 nan = _mm256_castsi256_ps(_mm256_cmpeq_epi32(a, _mm256_set1_epi32(0x7f)));
+    v = _mm256_blendv_ps(v, _mm256_castsi256_ps(_mm256_set1_epi32(0x7fc00000)), nan);
+    const __m256i sign = _mm256_slli_epi32(_mm256_and_si256(x, _mm256_set1_epi32(0x80)), 24);
+    return _mm256_castsi256_ps(_mm256_or_si256(_mm256_castps_si256(v), sign));
+  }
+  static void e4m3_scaled(const uint8_t* q, int64_t n, float scale, float* out) {
+    const __m256 s = _mm256_set1_ps(scale);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, _mm256_mul_ps(e4m3_8(q + i), s));
+    const float* lut = e4m3_table();
+    for (; i < n; ++i) out[i] = lut[q[i]] * scale;
+  }
   static void lut16(uint8_t* u, int64_t n, const uint8_t* book) {
     const __m128i t = _mm_loadu_si128(reinterpret_cast<const __m128i*>(book));
     const __m256i t2 = _mm256_broadcastsi128_si256(t);

@@ -40,6 +40,27 @@ struct Avx512Q {
     }
     return r;
   }
+  // e4m3 -> f32 lane-wise: normals rebias the exponent in the integer domain, subnormals
+  // (|code| < 8) are code * 2^-9, S.1111.111 is NaN; then the sign bit.
+  static __m512 e4m3_16(__m128i bytes) {
+    const __m512i x = _mm512_cvtepu8_epi32(bytes), a = _mm512_and_si512(x, _mm512_set1_epi32(0x7f));
+    __m512 v = _mm512_castsi512_ps(
+        _mm512_add_epi32(_mm512_slli_epi32(a, 20), _mm512_set1_epi32(120 << 23)));
+    const __mmask16 sub = _mm512_cmplt_epi32_mask(a, _mm512_set1_epi32(8));
+    v = _mm512_mask_mul_ps(v, sub, _mm512_cvtepi32_ps(a), _mm512_set1_ps(0.001953125f));
+    const __mmask16 nan = _mm512_cmpeq_epi32_mask(a, _mm512_set1_epi32(0x7f));
+    v = _mm512_mask_mov_ps(v, nan, _mm512_castsi512_ps(_mm512_set1_epi32(0x7fc00000)));
+    const __m512i sign = _mm512_slli_epi32(_mm512_and_si512(x, _mm512_set1_epi32(0x80)), 24);
+    return _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(v), sign));
+  }
+  static void e4m3_scaled(const uint8_t* q, int64_t n, float scale, float* out) {
+    const __m512 s = _mm512_set1_ps(scale);
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+      _mm512_storeu_ps(out + i, _mm512_mul_ps(e4m3_16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + i))), s));
+    const float* lut = e4m3_table();
+    for (; i < n; ++i) out[i] = lut[q[i]] * scale;
+  }
   static void lut16(uint8_t* u, int64_t n, const uint8_t* book) {
     const __m512i t = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(book)));
     int64_t i = 0;

@@ -16,6 +16,10 @@ struct ScalarQ {
     }
     return acc;
   }
+  static void e4m3_scaled(const uint8_t* q, int64_t n, float scale, float* out) {
+    const float* lut = e4m3_table();
+    for (int64_t i = 0; i < n; ++i) out[i] = lut[q[i]] * scale;
+  }
   static void lut16(uint8_t* u, int64_t n, const uint8_t* book) {
     for (int64_t i = 0; i < n; ++i) u[i] = book[u[i]];
   }

@@ -5,6 +5,7 @@
 //       = sum over groups g < ng of d[g] * dx[g] * sum_{i<16} u[16g + i] * q[16g + i]
 //     (MaxU bounds u, so an ISA may use 8-bit multiplies when the products cannot saturate);
 //   float dot_f32(const float* a, const float* b, int64_t n);
+//   void e4m3_scaled(const uint8_t* q, int64_t n, float scale, float* out): out = e4m3(q) * scale;
 //   void lut16(uint8_t* u, int64_t n, const uint8_t* book): u[i] = book[u[i]] (u[i] < 16,
 //     n a multiple of 16) -- the codebook step of formats with kHasBook.
 // Include only from a translation unit compiled for Q's instruction set.
@@ -49,15 +50,13 @@ template <class Q>
 void gemm_fp8(const float* x, int64_t n, int64_t k, const uint8_t* w, const float* scale_inv,
               int64_t r0, int64_t r1, float* y, int64_t ldy) {
   const int64_t sc = (k + 127) / 128;
-  const float* lut = e4m3_table();
   float* f = reinterpret_cast<float*>(quant_row_scratch(4 * k));
   for (int64_t r = r0; r < r1; ++r) {
     const uint8_t* q = w + r * k;
     const float* s = scale_inv + (r / 128) * sc;
     for (int64_t c0 = 0; c0 < k; c0 += 128) {
       const int64_t c1 = c0 + 128 < k ? c0 + 128 : k;
-      const float bs = s[c0 / 128];
-      for (int64_t c = c0; c < c1; ++c) f[c] = lut[q[c]] * bs;
+      Q::e4m3_scaled(q + c0, c1 - c0, s[c0 / 128], f + c0);
     }
     for (int64_t t = 0; t < n; ++t) y[t * ldy + r] = Q::dot_f32(f, x + t * k, k);
   }
