@@ -93,28 +93,36 @@ void gated_delta_rule_recurrent(const DeltaRuleArgs& a, int64_t head) {
 // (k_t.k_s) delta_s (forward substitution), out_t = e^gamma_t S0^T q_t + sum_{s<=t}
 // e^(gamma_t - gamma_s) (q_t.k_s) delta_s, and S = e^gamma_last S0 + sum_s e^(gamma_last -
 // gamma_s) k_s delta_s^T.
+// The chunk's products are small matrix products on the f32 GEMM kernel (y = x w^T), with
+// S^T, U^T and the decayed K^T transposed into scratch; only the forward substitution is
+// sequential in t.
 void gated_delta_rule_chunked(const DeltaRuleArgs& a, int64_t head, int64_t chunk) {
   FT_CHECK(chunk >= 1, "gated_delta_rule_chunked: chunk {}", chunk);
   const auto& kr = cpu::kernels();
   const Head hd(a, head);
-  const int64_t dk = a.k_dim, dv = a.v_dim;
-  thread_local std::vector<float> gam, U, O;
-  gam.resize(chunk);
-  U.resize(chunk * dv);
-  O.resize(chunk * dv);
-  for (int64_t c0 = 0; c0 < a.n; c0 += chunk) {
-    const int64_t L = std::min(chunk, a.n - c0);
+  const int64_t dk = a.k_dim, dv = a.v_dim, C = std::min(chunk, a.n);
+  thread_local std::vector<float> gam, Kc, Qc, St, U, Ut, O, KK, QK, A, KdT, tmp;
+  gam.resize(C);
+  for (auto* v : {&Kc, &Qc}) v->resize(C * dk);
+  for (auto* v : {&U, &Ut, &O}) v->resize(C * dv);
+  for (auto* v : {&KK, &QK, &A}) v->resize(C * C);
+  KdT.resize(dk * C);
+  St.resize(dv * dk);
+  tmp.resize(std::max(C, dk) * dv);
+  for (int64_t c0 = 0; c0 < a.n; c0 += C) {
+    const int64_t L = std::min(C, a.n - c0);
     float cum = 0.f;
-    for (int64_t t = 0; t < L; ++t) gam[t] = (cum += hd.g(c0 + t));
-    std::fill(U.begin(), U.begin() + L * dv, 0.f);
-    std::fill(O.begin(), O.begin() + L * dv, 0.f);
-    for (int64_t i = 0; i < dk; ++i) {  // S0^T k_t and S0^T q_t, one pass over S0
-      const float* row = hd.S + i * dv;
-      for (int64_t t = 0; t < L; ++t) {
-        kr.axpy(hd.k(c0 + t)[i], row, U.data() + t * dv, dv);
-        kr.axpy(hd.q(c0 + t)[i], row, O.data() + t * dv, dv);
-      }
+    for (int64_t t = 0; t < L; ++t) {
+      gam[t] = (cum += hd.g(c0 + t));
+      std::copy_n(hd.k(c0 + t), dk, Kc.data() + t * dk);
+      std::copy_n(hd.q(c0 + t), dk, Qc.data() + t * dk);
     }
+    for (int64_t i = 0; i < dk; ++i)
+      for (int64_t j = 0; j < dv; ++j) St[j * dk + i] = hd.S[i * dv + j];
+    kr.gemm_f32(Kc.data(), L, dk, St.data(), 0, dv, U.data(), dv);  // U = K S0
+    kr.gemm_f32(Qc.data(), L, dk, St.data(), 0, dv, O.data(), dv);  // O = Q S0
+    kr.gemm_f32(Kc.data(), L, dk, Kc.data(), 0, L, KK.data(), L);   // k_t . k_s
+    kr.gemm_f32(Qc.data(), L, dk, Kc.data(), 0, L, QK.data(), L);   // q_t . k_s
     for (int64_t t = 0; t < L; ++t) {
       const float e = std::exp(gam[t]), beta = hd.beta(c0 + t);
       const float* v = hd.v(c0 + t);
@@ -123,23 +131,25 @@ void gated_delta_rule_chunked(const DeltaRuleArgs& a, int64_t head, int64_t chun
         u[j] = beta * (v[j] - e * u[j]);
         o[j] *= e;
       }
-      const float* kt = hd.k(c0 + t);
-      for (int64_t s = 0; s < t; ++s) {
-        const float coef = beta * std::exp(gam[t] - gam[s]) * kr.dot(kt, hd.k(c0 + s), dk);
-        kr.axpy(-coef, U.data() + s * dv, u, dv);
-      }
-      const float* qt = hd.q(c0 + t);
-      for (int64_t s = 0; s <= t; ++s)
-        kr.axpy(std::exp(gam[t] - gam[s]) * kr.dot(qt, hd.k(c0 + s), dk), U.data() + s * dv, o, dv);
-      std::copy_n(o, dv, hd.out(c0 + t));
+      for (int64_t s = 0; s < t; ++s)
+        kr.axpy(-beta * std::exp(gam[t] - gam[s]) * KK[t * L + s], U.data() + s * dv, u, dv);
+      for (int64_t s = 0; s < L; ++s)
+        A[t * L + s] = s <= t ? std::exp(gam[t] - gam[s]) * QK[t * L + s] : 0.f;
+    }
+    for (int64_t t = 0; t < L; ++t)
+      for (int64_t j = 0; j < dv; ++j) Ut[j * L + t] = U[t * dv + j];
+    kr.gemm_f32(A.data(), L, L, Ut.data(), 0, dv, tmp.data(), dv);  // intra-chunk: A U
+    for (int64_t t = 0; t < L; ++t) {
+      float* o = hd.out(c0 + t);
+      for (int64_t j = 0; j < dv; ++j) o[j] = O[t * dv + j] + tmp[t * dv + j];
     }
     const float e_last = std::exp(gam[L - 1]);
-    for (int64_t i = 0; i < dk; ++i) {
-      float* row = hd.S + i * dv;
-      for (int64_t j = 0; j < dv; ++j) row[j] *= e_last;
-      for (int64_t s = 0; s < L; ++s)
-        kr.axpy(std::exp(gam[L - 1] - gam[s]) * hd.k(c0 + s)[i], U.data() + s * dv, row, dv);
+    for (int64_t s = 0; s < L; ++s) {
+      const float w = std::exp(gam[L - 1] - gam[s]);
+      for (int64_t i = 0; i < dk; ++i) KdT[i * L + s] = w * Kc[s * dk + i];
     }
+    kr.gemm_f32(KdT.data(), dk, L, Ut.data(), 0, dv, tmp.data(), dv);  // sum_s k_s u_s^T
+    for (int64_t i = 0; i < dk * dv; ++i) hd.S[i] = e_last * hd.S[i] + tmp[i];
   }
 }
 
