@@ -40,6 +40,15 @@ struct QuantActs {
       d.resize(off[count] / 16);
       s.resize(off[count] / 16);
     }
+    if (count == 1) {  // one matmul: split its tokens across the pool
+      const auto [x, n, w] = get(0);
+      const int64_t k = w->shape[1];
+      pool.run(n, std::max<int64_t>(1, 16384 / k), [&](int64_t t0, int64_t t1) {
+        cpu::quantize_acts(x + t0 * k, t1 - t0, k, q.data() + t0 * k, d.data() + t0 * k / 16,
+                           s.data() + t0 * k / 16);
+      });
+      return;
+    }
     pool.run(static_cast<int64_t>(count), 1, [&](int64_t p0, int64_t p1) {
       for (int64_t p = p0; p < p1; ++p) {
         const auto [x, n, w] = get(p);
