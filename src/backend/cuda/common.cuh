@@ -61,6 +61,17 @@ __device__ __forceinline__ float to_f32(float v) { return v; }
 __device__ __forceinline__ float to_f32(bf16w v) { return __uint_as_float(uint32_t{v.bits} << 16); }
 __device__ __forceinline__ float to_f32(f16w v) { return __half2float(__ushort_as_half(v.bits)); }
 
+// Largest activation block a GEMV stages in shared memory (default dynamic limit).
+constexpr size_t k_stage_smem = 48 * 1024;
+
+// Copies count floats (16-byte aligned at both ends, count % 4 == 0) into shared memory with the
+// whole block; the caller synchronises.
+__device__ __forceinline__ void stage_floats(float* dst, const float* src, int64_t count) {
+  const int tid = threadIdx.y * blockDim.x + threadIdx.x, nt = blockDim.x * blockDim.y;
+  for (int64_t i = int64_t{tid} * 4; i < count; i += int64_t{nt} * 4)
+    *reinterpret_cast<float4*>(dst + i) = *reinterpret_cast<const float4*>(src + i);
+}
+
 // Elements per 16-byte vector of W.
 template <typename W>
 constexpr int k_vec = 16 / sizeof(W);
@@ -111,6 +122,15 @@ __device__ __forceinline__ void unpack_vec(const uint4& v, float* out, const f16
   }
 }
 
+// A 16-byte weight load that bypasses L1 (weights stream through once; L1 keeps activations).
+__device__ __forceinline__ uint4 ldg_stream(const void* p) {
+  uint4 v;
+  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p));
+  return v;
+}
+
 // Weight vectors a lane loads before using any of them (memory-level parallelism: GEMV rows
 // are short, so one warp must keep several 16-byte loads in flight to reach HBM bandwidth).
 constexpr int k_dot_batch = 8;
@@ -129,7 +149,7 @@ __device__ __forceinline__ void warp_dot_partial(const float* __restrict__ x, in
 #pragma unroll
       for (int b = 0; b < B; ++b) {
         const int64_t i = i0 + int64_t{b} * 32 * V;
-        if (i < cols) raw[b] = __ldg(reinterpret_cast<const uint4*>(w + i));
+        if (i < cols) raw[b] = ldg_stream(w + i);
       }
 #pragma unroll
       for (int b = 0; b < B; ++b) {
@@ -171,7 +191,7 @@ __device__ __forceinline__ void warp_dot_rows(const float* const (&x)[R], const 
 #pragma unroll
       for (int b = 0; b < B; ++b) {
         const int64_t i = i0 + int64_t{b} * 32 * V;
-        if (w[r] && i < cols) raw[r][b] = __ldg(reinterpret_cast<const uint4*>(w[r] + i));
+        if (w[r] && i < cols) raw[r][b] = ldg_stream(w[r] + i);
       }
 #pragma unroll
     for (int r = 0; r < R; ++r)

@@ -39,6 +39,7 @@ struct GemvParams {
   const float* norm;  // rmsnorm weights [cols] or nullptr
   float eps;
   float* x_out;  // normalised x (written by block 0) or nullptr
+  bool stage;    // copy x into shared memory first (norm implies it)
 };
 
 // Largest shared-memory staging of normalised x (NT rows of cols floats).
@@ -81,6 +82,11 @@ __global__ void __launch_bounds__(32 * k_gemv_rows)
         xs[t * p.cols + i] = v;
         if (blockIdx.x == 0 && p.x_out) p.x_out[t * p.cols + i] = v;
       }
+    __syncthreads();
+    x = xs;
+  } else if (p.stage) {  // activations from shared memory, not re-read through L1/L2 per row
+    float* xs = reinterpret_cast<float*>(xs_raw);
+    stage_floats(xs, p.x, NT * p.cols);
     __syncthreads();
     x = xs;
   }
@@ -132,7 +138,7 @@ template <typename W, bool VEC>
 void launch_gemv(const GemvParams& p, int64_t nt) {
   const dim3 block(32, k_gemv_rows);
   const auto grid = static_cast<unsigned>(p.block0[p.count]);
-  const size_t smem = p.norm ? nt * p.cols * sizeof(float) : 0;
+  const size_t smem = p.norm || p.stage ? nt * p.cols * sizeof(float) : 0;
   switch (nt) {
     case 1:
       gemv_kernel<W, VEC, 1><<<grid, block, smem, stream()>>>(p);
@@ -239,6 +245,7 @@ void gemv_multi(const float* x, int64_t n, const GemvOut* outs, int count, const
     using W = typename decltype(tag)::type;
     bool vec = norm || reinterpret_cast<uintptr_t>(x) % 16 == 0;
     for (int m = 0; m < count; ++m) vec = vec && vec_ok<W>(outs[m].w.data, p.cols);
+    p.stage = vec && !norm && n * p.cols * static_cast<int64_t>(sizeof(float)) <= k_gemv_norm_smem;
     if (vec)
       launch_gemv<W, true>(p, n);
     else

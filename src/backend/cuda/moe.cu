@@ -20,13 +20,21 @@ __device__ __forceinline__ float silu(float g) { return g / (1.f + expf(-g)); }
 template <typename W, bool VEC>
 __global__ void gate_up_kernel(const float* __restrict__ x, const int32_t* __restrict__ ids,
                                int top_k, const W* __restrict__ gate, const W* __restrict__ up,
-                               int64_t hidden, int64_t inter, float* __restrict__ act) {
+                               int64_t hidden, int64_t inter, bool stage,
+                               float* __restrict__ act) {
+  extern __shared__ float4 gu_smem[];
   const int64_t r = blockIdx.x * int64_t{k_rows} + threadIdx.y, s = blockIdx.y;
-  if (r >= inter) return;
   const int64_t e = ids[s];
-  if (e < 0) return;  // computed elsewhere
-  const int64_t off = (e * inter + r) * hidden;
+  if (e < 0) return;  // computed elsewhere (uniform over the block)
   const float* xt = x + (s / top_k) * hidden;
+  if (stage) {  // the token's activations once per block, in shared memory
+    float* xs = reinterpret_cast<float*>(gu_smem);
+    stage_floats(xs, xt, hidden);
+    __syncthreads();
+    xt = xs;
+  }
+  if (r >= inter) return;
+  const int64_t off = (e * inter + r) * hidden;
   float gs, us;
   if constexpr (VEC) {  // gate and up rows loaded together
     const float* xs[2] = {xt, xt};
@@ -49,8 +57,16 @@ template <typename W, bool VEC>
 __global__ void down_combine_kernel(const float* __restrict__ act, const int32_t* __restrict__ ids,
                                     const float* __restrict__ w, int top_k,
                                     const W* __restrict__ down, int64_t hidden, int64_t inter,
-                                    bool accumulate, float* __restrict__ out) {
+                                    bool accumulate, bool stage, float* __restrict__ out) {
+  extern __shared__ float4 dc_smem[];
   const int64_t r = blockIdx.x * int64_t{k_rows} + threadIdx.y, t = blockIdx.y;
+  const float* at = act + t * top_k * inter;  // the token's top_k activation rows
+  if (stage) {  // once per block, in shared memory
+    float* as = reinterpret_cast<float*>(dc_smem);
+    stage_floats(as, at, top_k * inter);
+    __syncthreads();
+    at = as;
+  }
   if (r >= hidden) return;
   float o = 0.f;
   for (int k0 = 0; k0 < top_k; k0 += 4) {
@@ -61,7 +77,7 @@ __global__ void down_combine_kernel(const float* __restrict__ act, const int32_t
     for (int j = 0; j < 4; ++j) {
       const int64_t s = t * top_k + k0 + j;
       const bool on = k0 + j < top_k && ids[s] >= 0;
-      xs[j] = act + s * inter;
+      xs[j] = at + (k0 + j) * inter;
       ws[j] = on ? down + (ids[s] * hidden + r) * inter : nullptr;
     }
     if constexpr (VEC) {
@@ -149,17 +165,23 @@ void decode(const DeviceExperts& e, const MoeArgs& a, MoeWorkspace& ws) {
     const bool vec_gu =
         vec_ok<W>(e.gate, H) && vec_ok<W>(e.up, H) && reinterpret_cast<uintptr_t>(a.x) % 16 == 0;
     const bool vec_d = vec_ok<W>(e.down, I) && I % 4 == 0;  // act rows: ld I, cudaMalloc'd
+    const bool st_gu = vec_gu && H * sizeof(float) <= k_stage_smem;
+    const size_t sm_gu = st_gu ? H * sizeof(float) : 0;
     if (vec_gu)
-      gate_up_kernel<W, true><<<grid_gu, block, 0, stream()>>>(a.x, a.ids, k, g, u, H, I, act);
+      gate_up_kernel<W, true>
+          <<<grid_gu, block, sm_gu, stream()>>>(a.x, a.ids, k, g, u, H, I, st_gu, act);
     else
-      gate_up_kernel<W, false><<<grid_gu, block, 0, stream()>>>(a.x, a.ids, k, g, u, H, I, act);
+      gate_up_kernel<W, false>
+          <<<grid_gu, block, 0, stream()>>>(a.x, a.ids, k, g, u, H, I, false, act);
     CUDA_CHECK_LAUNCH();
+    const bool st_d = vec_d && a.top_k * I * sizeof(float) <= k_stage_smem;
+    const size_t sm_d = st_d ? a.top_k * I * sizeof(float) : 0;
     if (vec_d)
-      down_combine_kernel<W, true><<<grid_d, block, 0, stream()>>>(act, a.ids, a.weights, k, dn,
-                                                                    H, I, a.accumulate, a.out);
+      down_combine_kernel<W, true><<<grid_d, block, sm_d, stream()>>>(
+          act, a.ids, a.weights, k, dn, H, I, a.accumulate, st_d, a.out);
     else
-      down_combine_kernel<W, false><<<grid_d, block, 0, stream()>>>(act, a.ids, a.weights, k, dn,
-                                                                     H, I, a.accumulate, a.out);
+      down_combine_kernel<W, false><<<grid_d, block, 0, stream()>>>(
+          act, a.ids, a.weights, k, dn, H, I, a.accumulate, false, a.out);
     CUDA_CHECK_LAUNCH();
   });
 }
