@@ -74,18 +74,21 @@ void run_quantize(const QuantizeOptions& o) {
     fail("{}: the output would overwrite the input", o.out);
   auto model = load_model(o.in);
   GgufWriter w;
-  GgufExportOptions eo{.type = type, .name = fs::path(o.in).filename().replace_extension().string()};
+  GgufExportOptions eo{.type = type,
+                       .name = fs::path(o.in).filename().replace_extension().string()};
   gguf_add_model(w, *model, eo);
   if (is_gguf_path(o.in)) {
     copy_gguf_metadata(w, *GgufSet::open(o.in));
   } else if (fs::exists(fs::path(o.in) / "tokenizer.json")) {
     gguf_add_hf_tokenizer(w, o.in);
   } else {
-    std::fprintf(stderr, "ft quantize: %s has no tokenizer.json; the GGUF will have no vocabulary\n",
+    std::fprintf(stderr,
+                 "ft quantize: %s has no tokenizer.json; the GGUF will have no vocabulary\n",
                  o.in.c_str());
   }
   std::fprintf(stderr, "ft quantize: %s -> %s (%s, %zu tensors, %.1f MiB)\n", o.in.c_str(),
-               o.out.c_str(), type ? std::string(ggml_type_info(*type).name).c_str() : "source types",
+               o.out.c_str(),
+               type ? std::string(ggml_type_info(*type).name).c_str() : "source types",
                w.n_tensors(), static_cast<double>(w.data_bytes()) / (1 << 20));
   Progress progress;
   auto files = w.write(o.out, o.split, [&](size_t d, size_t t) { progress(d, t); });

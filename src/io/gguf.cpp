@@ -15,8 +15,8 @@ namespace ft {
 namespace {
 
 constexpr uint32_t k_magic = 0x46554747;  // "GGUF" little-endian
-constexpr int k_max_depth = 8;             // nested arrays
-constexpr uint32_t k_max_dims = 4;         // GGML_MAX_DIMS
+constexpr int k_max_depth = 8;            // nested arrays
+constexpr uint32_t k_max_dims = 4;        // GGML_MAX_DIMS
 
 struct TypeRow {
   uint32_t id;
@@ -40,12 +40,25 @@ constexpr TypeRow k_ggml_types[] = {
 // Smallest encoded size of one value of each metadata type (bounds array counts up front).
 size_t min_value_bytes(GgufType t) {
   switch (t) {
-    case GgufType::UINT8: case GgufType::INT8: case GgufType::BOOL: return 1;
-    case GgufType::UINT16: case GgufType::INT16: return 2;
-    case GgufType::UINT32: case GgufType::INT32: case GgufType::FLOAT32: return 4;
-    case GgufType::UINT64: case GgufType::INT64: case GgufType::FLOAT64: return 8;
-    case GgufType::STRING: return 8;
-    case GgufType::ARRAY: return 12;
+    case GgufType::UINT8:
+    case GgufType::INT8:
+    case GgufType::BOOL:
+      return 1;
+    case GgufType::UINT16:
+    case GgufType::INT16:
+      return 2;
+    case GgufType::UINT32:
+    case GgufType::INT32:
+    case GgufType::FLOAT32:
+      return 4;
+    case GgufType::UINT64:
+    case GgufType::INT64:
+    case GgufType::FLOAT64:
+      return 8;
+    case GgufType::STRING:
+      return 8;
+    case GgufType::ARRAY:
+      return 12;
   }
   return 0;
 }
@@ -68,8 +81,10 @@ class Cursor {
   std::string string(const char* what) {
     uint64_t len = read<uint64_t>(what);
     if (len > left())
-      fail("{}: {} claims a string of {} bytes at offset {} but only {} remain (corrupt or "
-           "truncated file)", name_, what, len, pos_, left());
+      fail(
+          "{}: {} claims a string of {} bytes at offset {} but only {} remain (corrupt or "
+          "truncated file)",
+          name_, what, len, pos_, left());
     std::string s(p_ + pos_, len);
     pos_ += len;
     return s;
@@ -79,23 +94,45 @@ class Cursor {
     GgufValue v;
     v.type = t;
     switch (t) {
-      case GgufType::UINT8: v.u = read<uint8_t>(key.c_str()); break;
-      case GgufType::INT8: v.i = read<int8_t>(key.c_str()); break;
-      case GgufType::UINT16: v.u = read<uint16_t>(key.c_str()); break;
-      case GgufType::INT16: v.i = read<int16_t>(key.c_str()); break;
-      case GgufType::UINT32: v.u = read<uint32_t>(key.c_str()); break;
-      case GgufType::INT32: v.i = read<int32_t>(key.c_str()); break;
-      case GgufType::UINT64: v.u = read<uint64_t>(key.c_str()); break;
-      case GgufType::INT64: v.i = read<int64_t>(key.c_str()); break;
-      case GgufType::FLOAT32: v.f = read<float>(key.c_str()); break;
-      case GgufType::FLOAT64: v.f = read<double>(key.c_str()); break;
+      case GgufType::UINT8:
+        v.u = read<uint8_t>(key.c_str());
+        break;
+      case GgufType::INT8:
+        v.i = read<int8_t>(key.c_str());
+        break;
+      case GgufType::UINT16:
+        v.u = read<uint16_t>(key.c_str());
+        break;
+      case GgufType::INT16:
+        v.i = read<int16_t>(key.c_str());
+        break;
+      case GgufType::UINT32:
+        v.u = read<uint32_t>(key.c_str());
+        break;
+      case GgufType::INT32:
+        v.i = read<int32_t>(key.c_str());
+        break;
+      case GgufType::UINT64:
+        v.u = read<uint64_t>(key.c_str());
+        break;
+      case GgufType::INT64:
+        v.i = read<int64_t>(key.c_str());
+        break;
+      case GgufType::FLOAT32:
+        v.f = read<float>(key.c_str());
+        break;
+      case GgufType::FLOAT64:
+        v.f = read<double>(key.c_str());
+        break;
       case GgufType::BOOL: {
         uint8_t b = read<uint8_t>(key.c_str());
         if (b > 1) fail("{}: metadata '{}' is a bool with value {} (corrupt file)", name_, key, b);
         v.u = b;
         break;
       }
-      case GgufType::STRING: v.s = string(key.c_str()); break;
+      case GgufType::STRING:
+        v.s = string(key.c_str());
+        break;
       case GgufType::ARRAY: {
         if (depth >= k_max_depth)
           fail("{}: metadata '{}' nests arrays deeper than {} (corrupt file)", name_, key,
@@ -103,8 +140,10 @@ class Cursor {
         v.elem = value_type(key);
         uint64_t count = read<uint64_t>(key.c_str());
         if (count > left() / min_value_bytes(v.elem))
-          fail("{}: metadata '{}' claims {} array items of type {} but only {} bytes remain "
-               "(corrupt or truncated file)", name_, key, count, gguf_type_name(v.elem), left());
+          fail(
+              "{}: metadata '{}' claims {} array items of type {} but only {} bytes remain "
+              "(corrupt or truncated file)",
+              name_, key, count, gguf_type_name(v.elem), left());
         v.items.reserve(count);
         for (uint64_t k = 0; k < count; ++k) v.items.push_back(value(v.elem, key, depth + 1));
         break;
@@ -116,16 +155,18 @@ class Cursor {
   GgufType value_type(const std::string& key) {
     uint32_t t = read<uint32_t>(key.c_str());
     if (t > static_cast<uint32_t>(GgufType::FLOAT64))
-      fail("{}: metadata '{}' has unknown value type {} (corrupt file or a newer GGUF)", name_,
-           key, t);
+      fail("{}: metadata '{}' has unknown value type {} (corrupt file or a newer GGUF)", name_, key,
+           t);
     return static_cast<GgufType>(t);
   }
 
  private:
   void need(size_t k, const char* what) {
     if (k > left())
-      fail("{}: truncated while reading {} at offset {} ({} bytes needed, {} left); download the "
-           "file again", name_, what, pos_, k, left());
+      fail(
+          "{}: truncated while reading {} at offset {} ({} bytes needed, {} left); download the "
+          "file again",
+          name_, what, pos_, k, left());
   }
   const char* p_;
   size_t n_, pos_ = 0;
@@ -138,9 +179,9 @@ bool mul_ok(int64_t a, int64_t b, int64_t* out) { return !__builtin_mul_overflow
 }  // namespace
 
 std::string_view gguf_type_name(GgufType t) {
-  static constexpr std::string_view names[] = {"uint8",   "int8",   "uint16", "int16", "uint32",
-                                               "int32",   "float32", "bool",  "string", "array",
-                                               "uint64",  "int64",  "float64"};
+  static constexpr std::string_view names[] = {"uint8",  "int8",    "uint16", "int16",  "uint32",
+                                               "int32",  "float32", "bool",   "string", "array",
+                                               "uint64", "int64",   "float64"};
   auto i = static_cast<uint32_t>(t);
   return i < std::size(names) ? names[i] : "?";
 }
@@ -153,25 +194,67 @@ GgmlTypeInfo ggml_type_info(uint32_t type) {
 
 bool ggml_plain_dtype(uint32_t type, DType* out) {
   switch (type) {
-    case 0: *out = DType::F32; return true;
-    case 1: *out = DType::F16; return true;
-    case 24: *out = DType::I8; return true;
-    case 25: *out = DType::I16; return true;
-    case 26: *out = DType::I32; return true;
-    case 27: *out = DType::I64; return true;
-    case 28: *out = DType::F64; return true;
-    case 30: *out = DType::BF16; return true;
-    default: return false;
+    case 0:
+      *out = DType::F32;
+      return true;
+    case 1:
+      *out = DType::F16;
+      return true;
+    case 24:
+      *out = DType::I8;
+      return true;
+    case 25:
+      *out = DType::I16;
+      return true;
+    case 26:
+      *out = DType::I32;
+      return true;
+    case 27:
+      *out = DType::I64;
+      return true;
+    case 28:
+      *out = DType::F64;
+      return true;
+    case 30:
+      *out = DType::BF16;
+      return true;
+    default:
+      return false;
   }
 }
 
 // ---- GgufValue --------------------------------------------------------------------------
 
-GgufValue GgufValue::u32(uint32_t v) { GgufValue x; x.type = GgufType::UINT32; x.u = v; return x; }
-GgufValue GgufValue::i32(int32_t v) { GgufValue x; x.type = GgufType::INT32; x.i = v; return x; }
-GgufValue GgufValue::u64(uint64_t v) { GgufValue x; x.type = GgufType::UINT64; x.u = v; return x; }
-GgufValue GgufValue::f32(float v) { GgufValue x; x.type = GgufType::FLOAT32; x.f = v; return x; }
-GgufValue GgufValue::boolean(bool v) { GgufValue x; x.type = GgufType::BOOL; x.u = v; return x; }
+GgufValue GgufValue::u32(uint32_t v) {
+  GgufValue x;
+  x.type = GgufType::UINT32;
+  x.u = v;
+  return x;
+}
+GgufValue GgufValue::i32(int32_t v) {
+  GgufValue x;
+  x.type = GgufType::INT32;
+  x.i = v;
+  return x;
+}
+GgufValue GgufValue::u64(uint64_t v) {
+  GgufValue x;
+  x.type = GgufType::UINT64;
+  x.u = v;
+  return x;
+}
+GgufValue GgufValue::f32(float v) {
+  GgufValue x;
+  x.type = GgufType::FLOAT32;
+  x.f = v;
+  return x;
+}
+GgufValue GgufValue::boolean(bool v) {
+  GgufValue x;
+  x.type = GgufType::BOOL;
+  x.u = v;
+  return x;
+}
 GgufValue GgufValue::str(std::string v) {
   GgufValue x;
   x.type = GgufType::STRING;
@@ -206,21 +289,32 @@ GgufValue GgufValue::i32s(const std::vector<int32_t>& v) {
 
 bool GgufValue::is_int() const {
   switch (type) {
-    case GgufType::UINT8: case GgufType::INT8: case GgufType::UINT16: case GgufType::INT16:
-    case GgufType::UINT32: case GgufType::INT32: case GgufType::UINT64: case GgufType::INT64:
+    case GgufType::UINT8:
+    case GgufType::INT8:
+    case GgufType::UINT16:
+    case GgufType::INT16:
+    case GgufType::UINT32:
+    case GgufType::INT32:
+    case GgufType::UINT64:
+    case GgufType::INT64:
       return true;
-    default: return false;
+    default:
+      return false;
   }
 }
 
 bool GgufValue::operator==(const GgufValue& o) const {
   if (type != o.type) return false;
   switch (type) {
-    case GgufType::STRING: return s == o.s;
-    case GgufType::ARRAY: return elem == o.elem && items == o.items;
-    case GgufType::FLOAT32: case GgufType::FLOAT64:
+    case GgufType::STRING:
+      return s == o.s;
+    case GgufType::ARRAY:
+      return elem == o.elem && items == o.items;
+    case GgufType::FLOAT32:
+    case GgufType::FLOAT64:
       return std::memcmp(&f, &o.f, sizeof f) == 0;  // bitwise: NaN round-trips too
-    default: return u == o.u && i == o.i;
+    default:
+      return u == o.u && i == o.i;
   }
 }
 
@@ -268,7 +362,8 @@ void GgufFile::parse(const char* data, size_t size) {
   uint32_t magic = c.read<uint32_t>("the magic");
   if (magic != k_magic) fail("{}: not a GGUF file (bad magic)", name);
   version_ = c.read<uint32_t>("the version");
-  if (version_ == 1) fail("{}: GGUF v1 is not supported (v2 and v3 are); convert the model again", name);
+  if (version_ == 1)
+    fail("{}: GGUF v1 is not supported (v2 and v3 are); convert the model again", name);
   if (version_ != 2 && version_ != 3) {
     if ((version_ & 0xffff) == 0)
       fail("{}: a big-endian GGUF file; only little-endian files are supported", name);
@@ -310,8 +405,8 @@ void GgufFile::parse(const char* data, size_t size) {
     for (uint32_t d = 0; d < nd; ++d) {
       uint64_t v = c.read<uint64_t>("a tensor dimension");
       if (v == 0 || v > (uint64_t(1) << 62) || !mul_ok(numel, static_cast<int64_t>(v), &numel))
-        fail("{}: tensor '{}' has a bad or overflowing dimension {} (corrupt file)", name,
-             t.name, v);
+        fail("{}: tensor '{}' has a bad or overflowing dimension {} (corrupt file)", name, t.name,
+             v);
       t.ne.push_back(static_cast<int64_t>(v));
     }
     t.type = c.read<uint32_t>("a tensor type");
@@ -344,9 +439,10 @@ void GgufFile::parse(const char* data, size_t size) {
     if (!seen.emplace(t.name, 0).second)
       fail("{}: tensor '{}' appears twice (corrupt file)", name, t.name);
     if (offsets[k] > data_size || t.nbytes > data_size - offsets[k])
-      fail("{}: tensor '{}' ({} bytes at data offset {}) lies past the end of the file ({} data "
-           "bytes): the file is truncated; download it again", name, t.name, t.nbytes,
-           offsets[k], data_size);
+      fail(
+          "{}: tensor '{}' ({} bytes at data offset {}) lies past the end of the file ({} data "
+          "bytes): the file is truncated; download it again",
+          name, t.name, t.nbytes, offsets[k], data_size);
     t.data = data + data_offset_ + offsets[k];
   }
 }
@@ -374,8 +470,7 @@ size_t split_suffix(const std::string& p, int* no, int* count) {
     }
     return v;
   };
-  if (p[b] != '-' || p.compare(b + 6, 4, "-of-") != 0 || !is_gguf_path(p))
-    return std::string::npos;
+  if (p[b] != '-' || p.compare(b + 6, 4, "-of-") != 0 || !is_gguf_path(p)) return std::string::npos;
   int a = digits(b + 1), n = digits(b + 10);
   if (a < 1 || n < 1) return std::string::npos;
   *no = a;
@@ -389,8 +484,10 @@ std::vector<std::string> gguf_split_paths(const std::string& first, int count) {
   size_t b = split_suffix(first, &no, &n);
   if (b == std::string::npos) {
     if (count <= 1) return {first};
-    fail("{}: split.count is {} but the name is not <name>-00001-of-{:05d}.gguf; rename the "
-         "parts as gguf-split wrote them", first, count, count);
+    fail(
+        "{}: split.count is {} but the name is not <name>-00001-of-{:05d}.gguf; rename the "
+        "parts as gguf-split wrote them",
+        first, count, count);
   }
   if (count <= 0) count = n;
   std::vector<std::string> out;
@@ -428,8 +525,8 @@ std::unique_ptr<GgufSet> GgufSet::open(const std::string& path) {
         fail("{}: tensor '{}' appears in more than one split part", f->path(), t.name);
   if (const GgufValue* v = set->find("split.tensors.count");
       v && v->is_int() && v->u + static_cast<uint64_t>(v->i) != set->index_.size())
-    fail("{}: split.tensors.count says {} tensors but the parts hold {}; a part is damaged",
-         first, v->u + static_cast<uint64_t>(v->i), set->index_.size());
+    fail("{}: split.tensors.count says {} tensors but the parts hold {}; a part is damaged", first,
+         v->u + static_cast<uint64_t>(v->i), set->index_.size());
   return set;
 }
 
@@ -441,7 +538,8 @@ const GgufValue* GgufSet::find(const std::string& key) const {
 
 namespace {
 int64_t int_of(const GgufValue& v, const std::string& path, const std::string& key) {
-  if (!v.is_int()) fail("{}: metadata '{}' must be an integer (is {})", path, key, gguf_type_name(v.type));
+  if (!v.is_int())
+    fail("{}: metadata '{}' must be an integer (is {})", path, key, gguf_type_name(v.type));
   if (v.type == GgufType::UINT64 && v.u > static_cast<uint64_t>(INT64_MAX))
     fail("{}: metadata '{}' is out of range", path, key);
   return v.i != 0 ? v.i : static_cast<int64_t>(v.u);

@@ -15,8 +15,19 @@ namespace ft {
 
 // Metadata value types, as the GGUF specification numbers them.
 enum class GgufType : uint32_t {
-  UINT8 = 0, INT8 = 1, UINT16 = 2, INT16 = 3, UINT32 = 4, INT32 = 5, FLOAT32 = 6, BOOL = 7,
-  STRING = 8, ARRAY = 9, UINT64 = 10, INT64 = 11, FLOAT64 = 12,
+  UINT8 = 0,
+  INT8 = 1,
+  UINT16 = 2,
+  INT16 = 3,
+  UINT32 = 4,
+  INT32 = 5,
+  FLOAT32 = 6,
+  BOOL = 7,
+  STRING = 8,
+  ARRAY = 9,
+  UINT64 = 10,
+  INT64 = 11,
+  FLOAT64 = 12,
 };
 std::string_view gguf_type_name(GgufType t);
 
@@ -24,10 +35,10 @@ std::string_view gguf_type_name(GgufType t);
 // they fit, floats as f64. Arrays hold their element type and items (arrays may nest).
 struct GgufValue {
   GgufType type = GgufType::UINT8;
-  uint64_t u = 0;  // unsigned integers and BOOL
-  int64_t i = 0;   // signed integers
-  double f = 0;    // FLOAT32 / FLOAT64
-  std::string s;   // STRING
+  uint64_t u = 0;                   // unsigned integers and BOOL
+  int64_t i = 0;                    // signed integers
+  double f = 0;                     // FLOAT32 / FLOAT64
+  std::string s;                    // STRING
   GgufType elem = GgufType::UINT8;  // ARRAY
   std::vector<GgufValue> items;     // ARRAY
 
@@ -43,7 +54,9 @@ struct GgufValue {
   static GgufValue i32s(const std::vector<int32_t>& v);
 
   bool is_int() const;
-  bool is_number() const { return is_int() || type == GgufType::FLOAT32 || type == GgufType::FLOAT64; }
+  bool is_number() const {
+    return is_int() || type == GgufType::FLOAT32 || type == GgufType::FLOAT64;
+  }
   bool operator==(const GgufValue& o) const;
 };
 

@@ -26,18 +26,42 @@ size_t pad(size_t n, size_t a) { return (n + a - 1) / a * a; }
 
 void gguf_encode_value(std::string& out, const GgufValue& v) {
   switch (v.type) {
-    case GgufType::UINT8: put<uint8_t>(out, static_cast<uint8_t>(v.u)); break;
-    case GgufType::INT8: put<int8_t>(out, static_cast<int8_t>(v.i)); break;
-    case GgufType::UINT16: put<uint16_t>(out, static_cast<uint16_t>(v.u)); break;
-    case GgufType::INT16: put<int16_t>(out, static_cast<int16_t>(v.i)); break;
-    case GgufType::UINT32: put<uint32_t>(out, static_cast<uint32_t>(v.u)); break;
-    case GgufType::INT32: put<int32_t>(out, static_cast<int32_t>(v.i)); break;
-    case GgufType::UINT64: put<uint64_t>(out, v.u); break;
-    case GgufType::INT64: put<int64_t>(out, v.i); break;
-    case GgufType::FLOAT32: put<float>(out, static_cast<float>(v.f)); break;
-    case GgufType::FLOAT64: put<double>(out, v.f); break;
-    case GgufType::BOOL: put<uint8_t>(out, v.u ? 1 : 0); break;
-    case GgufType::STRING: put_string(out, v.s); break;
+    case GgufType::UINT8:
+      put<uint8_t>(out, static_cast<uint8_t>(v.u));
+      break;
+    case GgufType::INT8:
+      put<int8_t>(out, static_cast<int8_t>(v.i));
+      break;
+    case GgufType::UINT16:
+      put<uint16_t>(out, static_cast<uint16_t>(v.u));
+      break;
+    case GgufType::INT16:
+      put<int16_t>(out, static_cast<int16_t>(v.i));
+      break;
+    case GgufType::UINT32:
+      put<uint32_t>(out, static_cast<uint32_t>(v.u));
+      break;
+    case GgufType::INT32:
+      put<int32_t>(out, static_cast<int32_t>(v.i));
+      break;
+    case GgufType::UINT64:
+      put<uint64_t>(out, v.u);
+      break;
+    case GgufType::INT64:
+      put<int64_t>(out, v.i);
+      break;
+    case GgufType::FLOAT32:
+      put<float>(out, static_cast<float>(v.f));
+      break;
+    case GgufType::FLOAT64:
+      put<double>(out, v.f);
+      break;
+    case GgufType::BOOL:
+      put<uint8_t>(out, v.u ? 1 : 0);
+      break;
+    case GgufType::STRING:
+      put_string(out, v.s);
+      break;
     case GgufType::ARRAY:
       put<uint32_t>(out, static_cast<uint32_t>(v.elem));
       put<uint64_t>(out, v.items.size());
@@ -65,7 +89,10 @@ void GgufWriter::add_tensor(const std::string& name, uint32_t type,
   if (ti.block_bytes == 0) fail("GGUF writer: unknown ggml type {} for '{}'", type, name);
   if (shape.empty() || shape.size() > 4)
     fail("GGUF writer: tensor '{}' has {} dims (1..4)", name, shape.size());
-  Tensor t{.name = name, .type = type, .ne = {shape.rbegin(), shape.rend()}, .nbytes = 0,
+  Tensor t{.name = name,
+           .type = type,
+           .ne = {shape.rbegin(), shape.rend()},
+           .nbytes = 0,
            .fill = std::move(fill)};
   int64_t n = 1;
   for (int64_t d : shape) {

@@ -30,9 +30,8 @@ class GgufWriter {
   // in order by bytes; split.no/split.count/split.tensors.count in every part, the other
   // metadata in the first). progress(done_bytes, total_bytes) is called after each tensor.
   // Returns the files written. Throws ft::Error on I/O failure.
-  std::vector<std::string> write(
-      const std::string& path, int n_split = 1,
-      const std::function<void(size_t, size_t)>& progress = {}) const;
+  std::vector<std::string> write(const std::string& path, int n_split = 1,
+                                 const std::function<void(size_t, size_t)>& progress = {}) const;
 
   size_t n_tensors() const { return tensors_.size(); }
   size_t data_bytes() const;

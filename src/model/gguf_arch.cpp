@@ -53,11 +53,20 @@ void olmoe_config(const GgufSet& g, const std::string& arch, nlohmann::json& j) 
 // One line per architecture. Future lines (qwen35moe, gpt-oss, deepseek2, glm4moe) need their
 // family first; the GGUF side is this table plus gguf_names.
 constexpr GgufArch k_gguf_archs[] = {
-    {.arch = "qwen3moe", .model_type = "qwen3_moe", .permuted_qk = false,
-     .norm_topk_default = true, .hf_config = qwen3moe_config},
-    {.arch = "llama", .model_type = "mixtral", .permuted_qk = true, .norm_topk_default = true,
+    {.arch = "qwen3moe",
+     .model_type = "qwen3_moe",
+     .permuted_qk = false,
+     .norm_topk_default = true,
+     .hf_config = qwen3moe_config},
+    {.arch = "llama",
+     .model_type = "mixtral",
+     .permuted_qk = true,
+     .norm_topk_default = true,
      .hf_config = llama_moe_config},
-    {.arch = "olmoe", .model_type = "olmoe", .permuted_qk = false, .norm_topk_default = false,
+    {.arch = "olmoe",
+     .model_type = "olmoe",
+     .permuted_qk = false,
+     .norm_topk_default = false,
      .hf_config = olmoe_config},
 };
 
@@ -108,8 +117,10 @@ ModelConfig gguf_model_config(const GgufSet& g, const GgufArch** arch_out) {
     fail("{}: GGUF architecture '{}' is not supported (supported: {})", path, arch,
          supported_gguf_archs());
   if (arch == "llama" && g.get_int_or("llama.expert_count", 0) == 0)
-    fail("{}: a dense llama GGUF; only Mixture-of-Experts models are supported (llama with "
-         "expert_count is Mixtral)", path);
+    fail(
+        "{}: a dense llama GGUF; only Mixture-of-Experts models are supported (llama with "
+        "expert_count is Mixtral)",
+        path);
   const GgufTensor& embed = g.get_tensor(gguf_names::embed);
   if (embed.ne.size() != 2) fail("{}: {} must be 2-D", path, gguf_names::embed);
 
@@ -122,13 +133,15 @@ ModelConfig gguf_model_config(const GgufSet& g, const GgufArch** arch_out) {
     fail("{}: per-layer attention.head_count is not supported", path);
   c.n_heads = g.get_int(key(arch, "attention.head_count"));
   c.n_kv_heads = g.get_int_or(key(arch, "attention.head_count_kv"), c.n_heads);
-  c.head_dim = g.get_int_or(key(arch, "attention.key_length"), c.n_heads > 0 ? c.hidden / c.n_heads : 0);
+  c.head_dim =
+      g.get_int_or(key(arch, "attention.key_length"), c.n_heads > 0 ? c.hidden / c.n_heads : 0);
   const int64_t v_dim = g.get_int_or(key(arch, "attention.value_length"), c.head_dim);
   if (v_dim != c.head_dim)
     fail("{}: attention.value_length {} differs from key_length {} (not supported)", path, v_dim,
          c.head_dim);
   c.max_position = g.get_int_or(key(arch, "context_length"), 4096);
-  c.rms_eps = static_cast<float>(g.get_float_or(key(arch, "attention.layer_norm_rms_epsilon"), 1e-6));
+  c.rms_eps =
+      static_cast<float>(g.get_float_or(key(arch, "attention.layer_norm_rms_epsilon"), 1e-6));
   c.attention_bias = g.tensor(gguf_names::layer(0, gguf_names::q, "bias")) != nullptr;
   c.ffn_dim = g.get_int_or(key(arch, "feed_forward_length"), 0);
   c.tie_embeddings = g.tensor(gguf_names::lm_head) == nullptr;
@@ -149,7 +162,8 @@ ModelConfig gguf_model_config(const GgufSet& g, const GgufArch** arch_out) {
         g.get_int(key(arch, "rope.scaling.original_context_length"));
     for (const char* k : {"yarn_beta_fast", "yarn_beta_slow"})
       if (g.has(key(arch, fmt::format("rope.scaling.{}", k).c_str())))
-        rope[std::string(k).substr(5)] = g.get_float(key(arch, fmt::format("rope.scaling.{}", k).c_str()));
+        rope[std::string(k).substr(5)] =
+            g.get_float(key(arch, fmt::format("rope.scaling.{}", k).c_str()));
     if (g.has(key(arch, "rope.scaling.attn_factor")))
       rope["attention_factor"] = g.get_float(key(arch, "rope.scaling.attn_factor"));
   }

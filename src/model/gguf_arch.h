@@ -2,10 +2,9 @@
 // one line in k_gguf_archs (model/gguf_arch.cpp) plus, when its family reads config fields the
 // common GGUF keys do not cover, a few lines in its hf_config hook.
 #pragma once
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "io/gguf.h"
 #include "model/config.h"
@@ -36,7 +35,7 @@ inline const char* const embed = "token_embd.weight";
 inline const char* const final_norm = "output_norm.weight";
 inline const char* const lm_head = "output.weight";
 // Per-layer: "blk.{l}." + one of these (+ ".weight" / ".bias").
-inline const char* const attn_norm = "attn_norm", *const q = "attn_q", *const k = "attn_k",
+inline const char *const attn_norm = "attn_norm", *const q = "attn_q", *const k = "attn_k",
                          *const v = "attn_v", *const o = "attn_output",
                          *const q_norm = "attn_q_norm", *const k_norm = "attn_k_norm",
                          *const ffn_norm = "ffn_norm", *const router = "ffn_gate_inp",

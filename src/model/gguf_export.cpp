@@ -5,7 +5,9 @@
 #include <fmt/format.h>
 
 #include <cstring>
+#include <memory>
 
+#include "backend/cpu/thread_pool.h"
 #include "base/error.h"
 #include "base/half.h"
 #include "model/gguf_arch.h"
@@ -22,15 +24,20 @@ bool plain_ggml(uint32_t t) { return t == k_ggml_f32 || t == k_ggml_f16 || t == 
 
 uint32_t ggml_of(DType d) {
   switch (d) {
-    case DType::F32: return k_ggml_f32;
-    case DType::F16: return k_ggml_f16;
-    case DType::BF16: return k_ggml_bf16;
-    default: return static_cast<uint32_t>(quant::from_dtype(d));
+    case DType::F32:
+      return k_ggml_f32;
+    case DType::F16:
+      return k_ggml_f16;
+    case DType::BF16:
+      return k_ggml_bf16;
+    default:
+      return static_cast<uint32_t>(quant::from_dtype(d));
   }
 }
 
-// Rows [0, rows) of src (any readable dtype) written in ggml type `type` at dst.
-void convert(const TensorView& src, uint32_t type, char* dst) {
+// Rows [0, rows) of src (any readable dtype) written in ggml type `type` at dst, rows spread
+// over the pool (quantizers with a scale search are the slow part of ft quantize).
+void convert(const TensorView& src, uint32_t type, char* dst, ThreadPool& pool) {
   const int64_t rows = src.shape[0], cols = src.shape[1];
   if (ggml_of(src.dtype) == type) {
     std::memcpy(dst, src.data, src.nbytes());
@@ -38,10 +45,8 @@ void convert(const TensorView& src, uint32_t type, char* dst) {
   }
   const size_t out_row = static_cast<size_t>(cols / ggml_type_info(type).block_elems) *
                          ggml_type_info(type).block_bytes;
-  constexpr int64_t k_chunk = 64;
-  std::vector<float> buf(k_chunk * cols);
-  for (int64_t r0 = 0; r0 < rows; r0 += k_chunk) {
-    const int64_t r1 = std::min(rows, r0 + k_chunk);
+  pool.run(rows, 16, [&](int64_t r0, int64_t r1) {
+    std::vector<float> buf((r1 - r0) * cols);
     quant::dequantize_rows(src, r0, r1, buf.data());
     for (int64_t r = r0; r < r1; ++r) {
       const float* x = buf.data() + (r - r0) * cols;
@@ -56,7 +61,7 @@ void convert(const TensorView& src, uint32_t type, char* dst) {
         quant::quantize_row(static_cast<QuantType>(type), x, out, cols);
       }
     }
-  }
+  });
 }
 
 size_t type_row_bytes(uint32_t type, int64_t cols) {
@@ -66,9 +71,15 @@ size_t type_row_bytes(uint32_t type, int64_t cols) {
 
 bool is_k_quant(uint32_t t) {
   switch (static_cast<QuantType>(t)) {
-    case QuantType::Q2_K: case QuantType::Q3_K: case QuantType::Q4_K: case QuantType::Q5_K:
-    case QuantType::Q6_K: case QuantType::IQ4_XS: return true;
-    default: return false;
+    case QuantType::Q2_K:
+    case QuantType::Q3_K:
+    case QuantType::Q4_K:
+    case QuantType::Q5_K:
+    case QuantType::Q6_K:
+    case QuantType::IQ4_XS:
+      return true;
+    default:
+      return false;
   }
 }
 
@@ -77,6 +88,7 @@ struct Exporter {
   const ModelConfig& c;
   const GgufArch& arch;
   const GgufExportOptions& o;
+  std::shared_ptr<ThreadPool> pool;  // shared by the fill callbacks, which run at write time
 
   uint32_t type_for(const TensorView& t, const std::string& name) const {
     if (!o.type) return ggml_of(t.dtype);
@@ -92,10 +104,10 @@ struct Exporter {
     const uint32_t type = type_for(t, name);
     const int64_t rows = t.shape[0], cols = t.shape[1];
     const int64_t head_dim = c.head_dim;
-    w.add_tensor(name, type, {rows, cols}, [t, type, permute_heads, head_dim](char* dst) {
-      if (permute_heads == 0) return convert(t, type, dst);
+    w.add_tensor(name, type, {rows, cols}, [t, type, permute_heads, head_dim, p = pool](char* dst) {
+      if (permute_heads == 0) return convert(t, type, dst, *p);
       std::vector<char> tmp(type_row_bytes(type, t.shape[1]) * t.shape[0]);
-      convert(t, type, tmp.data());
+      convert(t, type, tmp.data(), *p);
       permute_qk_rows(tmp.data(), dst, permute_heads, head_dim, type_row_bytes(type, t.shape[1]),
                       true);
     });
@@ -108,9 +120,9 @@ struct Exporter {
     const int64_t E = static_cast<int64_t>(parts.size());
     const size_t slice = type_row_bytes(type, t0.shape[1]) * t0.shape[0];
     w.add_tensor(name, type, {E, t0.shape[0], t0.shape[1]},
-                 [parts = std::move(parts), type, slice](char* dst) {
+                 [parts = std::move(parts), type, slice, p = pool](char* dst) {
                    for (size_t e = 0; e < parts.size(); ++e)
-                     convert(parts[e], type, dst + e * slice);
+                     convert(parts[e], type, dst + e * slice, *p);
                  });
   }
 };
@@ -139,7 +151,8 @@ void add_metadata(GgufWriter& w, const ModelConfig& c, const GgufArch& a,
   w.set(p + "rope.dimension_count", u32(c.rotary_dim()));
   if (c.rope.interleaved) fail("GGUF export: interleaved RoPE configs are not supported");
   switch (c.rope.type) {
-    case RopeConfig::Type::DEFAULT: break;
+    case RopeConfig::Type::DEFAULT:
+      break;
     case RopeConfig::Type::LINEAR:
       w.set(p + "rope.scaling.type", GgufValue::str("linear"));
       w.set(p + "rope.scaling.factor", GgufValue::f32(static_cast<float>(c.rope.factor)));
@@ -150,8 +163,10 @@ void add_metadata(GgufWriter& w, const ModelConfig& c, const GgufArch& a,
       w.set(p + "rope.scaling.type", GgufValue::str("yarn"));
       w.set(p + "rope.scaling.factor", GgufValue::f32(static_cast<float>(c.rope.factor)));
       w.set(p + "rope.scaling.original_context_length", u32(c.rope.original_max_pos));
-      w.set(p + "rope.scaling.yarn_beta_fast", GgufValue::f32(static_cast<float>(c.rope.beta_fast)));
-      w.set(p + "rope.scaling.yarn_beta_slow", GgufValue::f32(static_cast<float>(c.rope.beta_slow)));
+      w.set(p + "rope.scaling.yarn_beta_fast",
+            GgufValue::f32(static_cast<float>(c.rope.beta_fast)));
+      w.set(p + "rope.scaling.yarn_beta_slow",
+            GgufValue::f32(static_cast<float>(c.rope.beta_slow)));
       if (c.rope.attention_factor != 0)
         w.set(p + "rope.scaling.attn_factor",
               GgufValue::f32(static_cast<float>(c.rope.attention_factor)));
@@ -175,11 +190,18 @@ uint32_t gguf_export_type(uint32_t target, const std::string& name, int64_t cols
   auto fits = [&](uint32_t type) { return cols % ggml_type_info(type).block_elems == 0; };
   if (!fits(t)) {
     switch (static_cast<QuantType>(t)) {
-      case QuantType::Q2_K: case QuantType::Q3_K: case QuantType::Q4_K: case QuantType::IQ4_XS:
+      case QuantType::Q2_K:
+      case QuantType::Q3_K:
+      case QuantType::Q4_K:
+      case QuantType::IQ4_XS:
         t = static_cast<uint32_t>(QuantType::IQ4_NL);
         break;
-      case QuantType::Q5_K: case QuantType::Q6_K: t = static_cast<uint32_t>(QuantType::Q8_0); break;
-      default: break;
+      case QuantType::Q5_K:
+      case QuantType::Q6_K:
+        t = static_cast<uint32_t>(QuantType::Q8_0);
+        break;
+      default:
+        break;
     }
   }
   return fits(t) ? t : k_ggml_f16;
@@ -197,7 +219,7 @@ void gguf_add_model(GgufWriter& w, const Model& m, const GgufExportOptions& o) {
     fail("GGUF export: cannot quantize to {}", ggml_type_info(*o.type).name);
   add_metadata(w, c, *a, o);
   const ModelWeights& mw = m.weights();
-  Exporter x{w, c, *a, o};
+  Exporter x{w, c, *a, o, std::make_shared<ThreadPool>(0, false)};
   x.matrix(gn::embed, c.tie_embeddings ? mw.lm_head : mw.embed);  // tied: the file's own view
   x.vec(gn::final_norm, mw.final_norm);
   if (!c.tie_embeddings && mw.lm_head.data != mw.embed.data) x.matrix(gn::lm_head, mw.lm_head);

@@ -44,17 +44,21 @@ struct GgufResolver {
     } else if (quant::is_known(t.type)) {
       v.dtype = quant::to_dtype(static_cast<quant::QuantType>(t.type));
     } else {
-      fail("{}: tensor '{}' has type {}, which this engine does not read (supported: F32, F16, "
-           "BF16, Q4_0, Q4_1, Q8_0, Q2_K..Q6_K, IQ4_NL, IQ4_XS, MXFP4); re-quantize it with ft "
-           "quantize", g.path(), t.name, ggml_type_info(t.type).name);
+      fail(
+          "{}: tensor '{}' has type {}, which this engine does not read (supported: F32, F16, "
+          "BF16, Q4_0, Q4_1, Q8_0, Q2_K..Q6_K, IQ4_NL, IQ4_XS, MXFP4); re-quantize it with ft "
+          "quantize",
+          g.path(), t.name, ggml_type_info(t.type).name);
     }
     auto s = t.shape();
     bool ok = s.size() == shape.size();
     int i = 0;
     for (int64_t d : shape) ok = ok && s[i++] == d;
     if (!ok)
-      fail("{}: tensor '{}' has shape {} but the metadata implies {}; the file's tensors do not "
-           "match its metadata", g.path(), t.name, t.shape_str(), want(shape));
+      fail(
+          "{}: tensor '{}' has shape {} but the metadata implies {}; the file's tensors do not "
+          "match its metadata",
+          g.path(), t.name, t.shape_str(), want(shape));
     v.ndim = static_cast<int>(s.size());
     for (size_t k = 0; k < s.size(); ++k) v.shape[k] = s[k];
     v.data = t.data;
@@ -70,10 +74,17 @@ struct GgufResolver {
     std::vector<float> out(n);
     for (int64_t i = 0; i < n; ++i) {
       switch (v.dtype) {
-        case DType::F32: out[i] = v.as<float>()[i]; break;
-        case DType::F16: out[i] = f16_to_f32(v.as<uint16_t>()[i]); break;
-        case DType::BF16: out[i] = bf16_to_f32(v.as<uint16_t>()[i]); break;
-        default: fail("{}: vector '{}' must be F32, F16 or BF16", g.path(), name);
+        case DType::F32:
+          out[i] = v.as<float>()[i];
+          break;
+        case DType::F16:
+          out[i] = f16_to_f32(v.as<uint16_t>()[i]);
+          break;
+        case DType::BF16:
+          out[i] = bf16_to_f32(v.as<uint16_t>()[i]);
+          break;
+        default:
+          fail("{}: vector '{}' must be F32, F16 or BF16", g.path(), name);
       }
     }
     return out;
@@ -109,8 +120,10 @@ struct GgufResolver {
   std::vector<ExpertWeights> experts(int64_t l) const {
     const int64_t E = c.n_experts, I = c.expert_dim, H = c.hidden;
     if (!g.tensor(gn::layer(l, gn::gate_exps)))
-      fail("{}: layer {} has a router but no {} tensor (per-expert GGUF tensors from old "
-           "converters are not supported; convert the model again)", g.path(), l, gn::gate_exps);
+      fail(
+          "{}: layer {} has a router but no {} tensor (per-expert GGUF tensors from old "
+          "converters are not supported; convert the model again)",
+          g.path(), l, gn::gate_exps);
     TensorView gate = view(g.get_tensor(gn::layer(l, gn::gate_exps)), {E, I, H});
     TensorView up = view(g.get_tensor(gn::layer(l, gn::up_exps)), {E, I, H});
     TensorView down = view(g.get_tensor(gn::layer(l, gn::down_exps)), {E, H, I});

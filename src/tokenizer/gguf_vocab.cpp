@@ -18,7 +18,14 @@ namespace {
 using json = nlohmann::json;
 
 // GGUF token types (llama.cpp's llama_token_type).
-enum TokenType : int32_t { NORMAL = 1, UNKNOWN = 2, CONTROL = 3, USER_DEFINED = 4, UNUSED = 5, BYTE = 6 };
+enum TokenType : int32_t {
+  NORMAL = 1,
+  UNKNOWN = 2,
+  CONTROL = 3,
+  USER_DEFINED = 4,
+  UNUSED = 5,
+  BYTE = 6
+};
 
 // Pre-tokenizer regexes as the models' tokenizer.json files spell them (PCRE2 reads them as-is).
 constexpr const char* k_gpt2_regex =
@@ -29,10 +36,10 @@ constexpr const char* k_llama3_regex =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 
 struct PreType {
-  std::vector<const char*> names;     // tokenizer.ggml.pre values
-  std::vector<const char*> regexes;   // applied in sequence, each piece split again
-  bool ignore_merges;                 // whole-word vocab hits skip the merges (llama 3)
-  bool add_bos;                       // llama.cpp's default when add_bos_token is absent
+  std::vector<const char*> names;    // tokenizer.ggml.pre values
+  std::vector<const char*> regexes;  // applied in sequence, each piece split again
+  bool ignore_merges;                // whole-word vocab hits skip the merges (llama 3)
+  bool add_bos;                      // llama.cpp's default when add_bos_token is absent
 };
 // llama.cpp's "default" is its own sequence of four splits.
 const PreType k_pre_types[] = {
@@ -40,9 +47,11 @@ const PreType k_pre_types[] = {
     {{"qwen2", "stablelm2", "hunyuan"}, {k_qwen2_regex}, false, false},
     {{"llama-bpe", "llama3", "llama-v3", "dbrx", "smaug-bpe"}, {k_llama3_regex}, true, true},
     {{"default"},
-     {R"([\p{P}\$\+<=>\^~\|]+)", R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S))",
-      R"(\p{N}+)", "[0-9][0-9][0-9]"},
-     false, false},
+     {R"([\p{P}\$\+<=>\^~\|]+)",
+      R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S))", R"(\p{N}+)",
+      "[0-9][0-9][0-9]"},
+     false,
+     false},
 };
 
 const PreType* find_pre(const std::string& name) {
@@ -73,8 +82,12 @@ json added_tokens(const std::vector<std::string>& tokens, const std::vector<int3
   json added = json::array();
   for (size_t i = 0; i < tokens.size(); ++i)
     if (types[i] == CONTROL || types[i] == USER_DEFINED)
-      added.push_back({{"id", i}, {"content", tokens[i]}, {"single_word", false},
-                       {"lstrip", false}, {"rstrip", false}, {"normalized", false},
+      added.push_back({{"id", i},
+                       {"content", tokens[i]},
+                       {"single_word", false},
+                       {"lstrip", false},
+                       {"rstrip", false},
+                       {"normalized", false},
                        {"special", types[i] == CONTROL}});
   return added;
 }
@@ -91,7 +104,9 @@ json vocab_object(const std::vector<std::string>& tokens, const std::string& pat
 }
 
 json split_step(const char* regex) {
-  return {{"type", "Split"}, {"pattern", {{"Regex", regex}}}, {"behavior", "Isolated"},
+  return {{"type", "Split"},
+          {"pattern", {{"Regex", regex}}},
+          {"behavior", "Isolated"},
           {"invert", false}};
 }
 
@@ -108,15 +123,23 @@ json bpe_json(const GgufSet& g, const std::vector<std::string>& tokens,
     for (auto& m : g.get_strings("tokenizer.ggml.merges")) merges.push_back(std::move(m));
   json steps = json::array();
   for (const char* r : pre->regexes) steps.push_back(split_step(r));
-  steps.push_back({{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true},
+  steps.push_back({{"type", "ByteLevel"},
+                   {"add_prefix_space", false},
+                   {"trim_offsets", true},
                    {"use_regex", false}});
   return {{"model",
-           {{"type", "BPE"}, {"vocab", vocab_object(tokens, g.path())}, {"merges", merges},
-            {"ignore_merges", pre->ignore_merges}, {"byte_fallback", false}}},
+           {{"type", "BPE"},
+            {"vocab", vocab_object(tokens, g.path())},
+            {"merges", merges},
+            {"ignore_merges", pre->ignore_merges},
+            {"byte_fallback", false}}},
           {"normalizer", nullptr},
           {"pre_tokenizer", {{"type", "Sequence"}, {"pretokenizers", steps}}},
-          {"decoder", {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true},
-                       {"use_regex", true}}},
+          {"decoder",
+           {{"type", "ByteLevel"},
+            {"add_prefix_space", true},
+            {"trim_offsets", true},
+            {"use_regex", true}}},
           {"added_tokens", added_tokens(tokens, types)},
           {"post_processor", nullptr}};
 }
@@ -170,8 +193,11 @@ json spm_json(const GgufSet& g, const std::vector<std::string>& tokens,
        {{"type", "ByteFallback"}},
        {{"type", "Fuse"}}});
   if (prefix) dec.push_back({{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}});
-  json model = {{"type", "BPE"}, {"vocab", vocab_object(tokens, g.path())}, {"merges", mj},
-                {"byte_fallback", true}, {"fuse_unk", true}};
+  json model = {{"type", "BPE"},
+                {"vocab", vocab_object(tokens, g.path())},
+                {"merges", mj},
+                {"byte_fallback", true},
+                {"fuse_unk", true}};
   if (unk >= 0 && unk < static_cast<int64_t>(tokens.size())) model["unk_token"] = tokens[unk];
   return {{"model", model},
           {"normalizer", {{"type", "Sequence"}, {"normalizers", norm_steps}}},
@@ -322,8 +348,10 @@ void gguf_add_hf_tokenizer(GgufWriter& w, const std::string& dir) {
   if (!spm) {
     const std::string pre = pre_name_of(tj.value("pre_tokenizer", json()));
     if (pre.empty())
-      fail("{}: this pre-tokenizer has no GGUF name (supported: GPT-2 ByteLevel, the qwen2 and "
-           "llama-bpe regexes)", tj_path);
+      fail(
+          "{}: this pre-tokenizer has no GGUF name (supported: GPT-2 ByteLevel, the qwen2 and "
+          "llama-bpe regexes)",
+          tj_path);
     w.set("tokenizer.ggml.model", GgufValue::str("gpt2"));
     w.set("tokenizer.ggml.pre", GgufValue::str(pre));
   } else {
@@ -363,9 +391,9 @@ void gguf_add_hf_tokenizer(GgufWriter& w, const std::string& dir) {
     return -1;
   };
   for (auto [key, gkey] : {std::pair{"bos_token", "tokenizer.ggml.bos_token_id"},
-                          {"eos_token", "tokenizer.ggml.eos_token_id"},
-                          {"pad_token", "tokenizer.ggml.padding_token_id"},
-                          {"unk_token", "tokenizer.ggml.unknown_token_id"}})
+                           {"eos_token", "tokenizer.ggml.eos_token_id"},
+                           {"pad_token", "tokenizer.ggml.padding_token_id"},
+                           {"unk_token", "tokenizer.ggml.unknown_token_id"}})
     if (int64_t id = id_of(key); id >= 0) w.set(gkey, GgufValue::u32(static_cast<uint32_t>(id)));
   // What Tokenizer::load would add: tokenizer_config's flags, else the post-processor's.
   const Tokenizer tok = Tokenizer::load(dir);

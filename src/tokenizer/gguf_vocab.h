@@ -2,9 +2,8 @@
 // "gpt2" with its pre-tokenizer chosen by tokenizer.ggml.pre; SentencePiece-style "llama" with
 // scores) and written from a Hugging Face tokenizer directory (GGUF export, tests).
 #pragma once
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "io/gguf.h"
 #include "io/gguf_writer.h"

@@ -41,6 +41,14 @@ a=$("$ft" tokenize --model "$demo" "Hello, world! 123" --json)
 b=$("$ft" tokenize --model "$tmp/demo-q8.gguf" "Hello, world! 123" --json)
 [ -n "$a" ] && [ "$a" == "$b" ]; check tokenize-same $? "$a vs $b"
 
+# GGUF in: re-quantized, the tokenizer and chat template carried over.
+"$ft" quantize "$tmp/demo-q8.gguf" "$tmp/re.gguf" --type q4_0 >/dev/null 2>&1
+check quantize-gguf-in $? "re-quantizing a GGUF failed"
+c=$("$ft" tokenize --model "$tmp/re.gguf" "Hello, world! 123" --json)
+[ "$a" == "$c" ]; check requant-tokenizer $? "$a vs $c"
+out=$("$ft" run --model "$tmp/re.gguf" --chat "hi" -n 3 --json 2>/dev/null)
+[[ "$out" == *'"ids":['* ]]; check requant-chat $? "${out:0:200}"
+
 # Split output joins on load.
 "$ft" quantize "$demo" "$tmp/split.gguf" --type q4_k --split 2 >"$tmp/out" 2>/dev/null
 check quantize-split $? "$(cat "$tmp/out")"

@@ -53,7 +53,8 @@ double mean_kl(const std::vector<float>& ref, const std::vector<float>& got, int
     const float* a = ref.data() + r * V;
     const float* b = got.data() + r * V;
     double ma = a[0], mb = b[0];
-    for (int64_t i = 0; i < V; ++i) ma = std::max(ma, double(a[i])), mb = std::max(mb, double(b[i]));
+    for (int64_t i = 0; i < V; ++i)
+      ma = std::max(ma, double(a[i])), mb = std::max(mb, double(b[i]));
     double za = 0, zb = 0;
     for (int64_t i = 0; i < V; ++i) za += std::exp(a[i] - ma), zb += std::exp(b[i] - mb);
     double kl = 0;
@@ -124,12 +125,13 @@ TEST_P(GgufFixture, Q8_0StaysCloseToBf16) {
   EXPECT_EQ(gg->weights().layers[0].q.w.dtype, DType::Q8_0);
   EXPECT_EQ(gg->weights().layers[0].router.dtype, DType::F32);
   const auto ids = reference_prompt(dir());
-  const double kl = mean_kl(all_logits(*st, ids, pool_), all_logits(*gg, ids, pool_),
-                            st->config().vocab_size);
+  const double kl =
+      mean_kl(all_logits(*st, ids, pool_), all_logits(*gg, ids, pool_), st->config().vocab_size);
   // Random-weight fixtures have near-tied routers, so small perturbations (Q8_0 weights, int8
   // activations) flip expert choices: measured 0.0014..0.1 nats. The trained demo model below is
   // the tight gate.
-  std::printf("[ gguf ] %s Q8_0: mean KL vs bf16 = %.3g nats (bound 0.2)\n", GetParam().c_str(), kl);
+  std::printf("[ gguf ] %s Q8_0: mean KL vs bf16 = %.3g nats (bound 0.2)\n", GetParam().c_str(),
+              kl);
   EXPECT_LT(kl, 0.2);
   EXPECT_GT(kl, 0.0);
 }

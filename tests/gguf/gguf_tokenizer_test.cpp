@@ -75,9 +75,8 @@ TEST(GgufTokenizer, DemoTokenizerEncodesTheCorpusIdentically) {
 TEST(GgufTokenizer, ChatTemplateComesFromMetadata) {
   TempDir tmp;
   const std::string path = tokenizer_gguf(k_demo, tmp.file("tok.gguf"));
-  nlohmann::ordered_json req = {
-      {"messages", {{{"role", "user"}, {"content", "hello there"}}}},
-      {"add_generation_prompt", true}};
+  nlohmann::ordered_json req = {{"messages", {{{"role", "user"}, {"content", "hello there"}}}},
+                                {"add_generation_prompt", true}};
   const std::string a = ChatTemplate::load(k_demo).render(req);
   const std::string b = ChatTemplate::load(path).render(req);
   EXPECT_EQ(a, b);
@@ -92,11 +91,16 @@ TEST(GgufTokenizer, ChatTemplateComesFromMetadata) {
 void check_pre(const std::string& regex, const std::string& gguf_name, bool ignore_merges) {
   TempDir tmp;
   nlohmann::json j = nlohmann::json::parse(test::slurp(k_demo + "/tokenizer.json"));
-  j["pre_tokenizer"] = {
-      {"type", "Sequence"},
-      {"pretokenizers",
-       {{{"type", "Split"}, {"pattern", {{"Regex", regex}}}, {"behavior", "Isolated"}, {"invert", false}},
-        {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", false}, {"use_regex", false}}}}};
+  j["pre_tokenizer"] = {{"type", "Sequence"},
+                        {"pretokenizers",
+                         {{{"type", "Split"},
+                           {"pattern", {{"Regex", regex}}},
+                           {"behavior", "Isolated"},
+                           {"invert", false}},
+                          {{"type", "ByteLevel"},
+                           {"add_prefix_space", false},
+                           {"trim_offsets", false},
+                           {"use_regex", false}}}}};
   j["model"]["ignore_merges"] = ignore_merges;
   fs::create_directories(tmp.path / "hf");
   test::spit(tmp.file("hf/tokenizer.json"), j.dump());
@@ -107,13 +111,15 @@ void check_pre(const std::string& regex, const std::string& gguf_name, bool igno
 }
 
 TEST(GgufTokenizer, Qwen2PreTokenizer) {
-  check_pre(R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)",
-            "qwen2", false);
+  check_pre(
+      R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)",
+      "qwen2", false);
 }
 
 TEST(GgufTokenizer, LlamaBpePreTokenizer) {
-  check_pre(R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)",
-            "llama-bpe", true);
+  check_pre(
+      R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)",
+      "llama-bpe", true);
 }
 
 // A small SentencePiece-style vocabulary written by hand as GGUF metadata.
@@ -128,12 +134,23 @@ std::string spm_gguf(const TempDir& tmp) {
     types.push_back(6);
     scores.push_back(0);
   }
-  const std::vector<std::pair<std::string, float>> pieces{
-      {"\xe2\x96\x81", -1},     {"h", -2},          {"e", -3},   {"l", -4},       {"o", -5},
-      {"w", -6},                {"r", -7},          {"d", -8},   {"ll", -9},      {"\xe2\x96\x81h", -10},
-      {"\xe2\x96\x81he", -11},  {"llo", -12},       {"\xe2\x96\x81hello", -13},
-      {"\xe2\x96\x81w", -14},   {"or", -15},        {"\xe2\x96\x81wor", -16},
-      {"he", -100}};
+  const std::vector<std::pair<std::string, float>> pieces{{"\xe2\x96\x81", -1},
+                                                          {"h", -2},
+                                                          {"e", -3},
+                                                          {"l", -4},
+                                                          {"o", -5},
+                                                          {"w", -6},
+                                                          {"r", -7},
+                                                          {"d", -8},
+                                                          {"ll", -9},
+                                                          {"\xe2\x96\x81h", -10},
+                                                          {"\xe2\x96\x81he", -11},
+                                                          {"llo", -12},
+                                                          {"\xe2\x96\x81hello", -13},
+                                                          {"\xe2\x96\x81w", -14},
+                                                          {"or", -15},
+                                                          {"\xe2\x96\x81wor", -16},
+                                                          {"he", -100}};
   for (const auto& [p, s] : pieces) {
     tokens.push_back(p);
     types.push_back(1);
@@ -158,9 +175,9 @@ TEST(GgufTokenizer, SentencePieceMergesByScoreWithByteFallback) {
   EXPECT_EQ(tok.prefix_ids(), (std::vector<int32_t>{1}));  // "llama" adds bos by default
   // "▁h"+"e" (score -11) beats "h"+"e" (-100); "l"+"l" then "ll"+"o"; then the whole word.
   EXPECT_EQ(tok.encode("hello", false), (std::vector<int32_t>{id("\xe2\x96\x81hello")}));
-  EXPECT_EQ(tok.encode("hello world", true),
-            (std::vector<int32_t>{1, id("\xe2\x96\x81hello"), id("\xe2\x96\x81wor"), id("l"),
-                                  id("d")}));
+  EXPECT_EQ(
+      tok.encode("hello world", true),
+      (std::vector<int32_t>{1, id("\xe2\x96\x81hello"), id("\xe2\x96\x81wor"), id("l"), id("d")}));
   // Characters outside the vocabulary fall back to their UTF-8 bytes.
   const auto ids = tok.encode("h\xc3\xa9", false);
   EXPECT_EQ(ids, (std::vector<int32_t>{id("\xe2\x96\x81h"), id("<0xC3>"), id("<0xA9>")}));

@@ -34,18 +34,20 @@ struct Mutator {
           s[pick(s.size())] ^= static_cast<char>(1u << pick(8));
           break;
         case 1: {  // an interesting 64-bit value over a length / count / offset field
-          static constexpr uint64_t vals[] = {0, 1, 0x7f, 0x80, 0xff, 0xffff, 0x7fffffff,
-                                              0xffffffff, 1ull << 32, 1ull << 62, ~0ull,
-                                              0x8000000000000000ull};
+          static constexpr uint64_t vals[] = {
+              0,          1,          0x7f,       0x80,       0xff,  0xffff,
+              0x7fffffff, 0xffffffff, 1ull << 32, 1ull << 62, ~0ull, 0x8000000000000000ull};
           uint64_t v = vals[pick(std::size(vals))];
           size_t at = pick(s.size());
-          for (size_t k = 0; k < 8 && at + k < s.size(); ++k) s[at + k] = static_cast<char>(v >> (8 * k));
+          for (size_t k = 0; k < 8 && at + k < s.size(); ++k)
+            s[at + k] = static_cast<char>(v >> (8 * k));
           break;
         }
         case 2: {  // small integer (types, dims) at a 4-byte boundary of the header region
           size_t at = pick(std::min<size_t>(s.size(), 4096)) & ~size_t{3};
           uint32_t v = static_cast<uint32_t>(pick(40));
-          for (size_t k = 0; k < 4 && at + k < s.size(); ++k) s[at + k] = static_cast<char>(v >> (8 * k));
+          for (size_t k = 0; k < 4 && at + k < s.size(); ++k)
+            s[at + k] = static_cast<char>(v >> (8 * k));
           break;
         }
         case 3:  // truncate
@@ -167,8 +169,10 @@ TEST(GgufFuzz, MutatedModelFilesLoadOrFailCleanly) {
     } catch (const Error&) {
     }
   }
-  std::printf("[ fuzz ] model file: 8000 mutations, %d parsed, %d models and %d tokenizers "
-              "loaded of 1000\n", parsed, models, tokenizers);
+  std::printf(
+      "[ fuzz ] model file: 8000 mutations, %d parsed, %d models and %d tokenizers "
+      "loaded of 1000\n",
+      parsed, models, tokenizers);
   EXPECT_GT(models, 0);
   EXPECT_GT(tokenizers, 0);
 }

@@ -1,12 +1,13 @@
 // GGUF reader/writer: every metadata type round-trips, tensors keep bytes and shapes, alignment
 // is honoured, split files join, and malformed files are one clear ft::Error each.
+#include "io/gguf.h"
+
 #include <gtest/gtest.h>
 
 #include <cstring>
 
 #include "base/error.h"
 #include "gguf_test_util.h"
-#include "io/gguf.h"
 #include "io/gguf_writer.h"
 
 namespace ft {
@@ -147,7 +148,9 @@ TEST(Gguf, TensorsKeepBytesShapesAndAlignment) {
     EXPECT_EQ(std::memcmp(tq.data, q.data(), q.size()), 0);
     EXPECT_THROW(tq.view(), Error);  // quantized: no plain view
     for (const auto& t : f.tensors())
-      EXPECT_EQ((static_cast<const char*>(t.data) - static_cast<const char*>(f.tensors()[0].data)) % align, 0);
+      EXPECT_EQ((static_cast<const char*>(t.data) - static_cast<const char*>(f.tensors()[0].data)) %
+                    align,
+                0);
   }
 }
 
@@ -185,7 +188,8 @@ TEST(Gguf, SplitFilesJoinAsOneModel) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("missing"), std::string::npos) << e.what();
   }
-  EXPECT_EQ(gguf_split_paths(tmp.file("a.gguf"), 1), (std::vector<std::string>{tmp.file("a.gguf")}));
+  EXPECT_EQ(gguf_split_paths(tmp.file("a.gguf"), 1),
+            (std::vector<std::string>{tmp.file("a.gguf")}));
 }
 
 TEST(Gguf, VersionTwoIsRead) {
