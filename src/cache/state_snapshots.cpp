@@ -1,0 +1,77 @@
+// Recurrent-state snapshot pool: prefix hashes, budgeted LRU store.
+#include "cache/state_snapshots.h"
+
+namespace ft {
+
+std::vector<uint64_t> prefix_hashes(std::span<const int32_t> tokens) {
+  std::vector<uint64_t> out(tokens.size() + 1);
+  uint64_t h = 0x9e3779b97f4a7c15ull;
+  out[0] = h;
+  for (size_t i = 0; i < tokens.size(); ++i) {  // splitmix64 over (h, token)
+    uint64_t z = h ^ (static_cast<uint64_t>(static_cast<uint32_t>(tokens[i])) +
+                      0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2));
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    h = z ^ (z >> 31);
+    out[i + 1] = h;
+  }
+  return out;
+}
+
+bool SnapshotPool::put(int64_t pos, uint64_t hash, std::span<const float> data) {
+  const size_t need = data.size() * sizeof(float);
+  auto old = map_.find({pos, hash});
+  if (old != map_.end()) {
+    bytes_ -= old->second.data.size() * sizeof(float);
+    map_.erase(old);
+  }
+  if (need > budget_) return false;
+  evict_to(budget_ - need);
+  Snapshot& s = map_[{pos, hash}];
+  s.pos = pos;
+  s.hash = hash;
+  s.data.assign(data.begin(), data.end());
+  s.last_use = ++tick_;
+  bytes_ += need;
+  ++stored_;
+  return true;
+}
+
+bool SnapshotPool::touch(int64_t pos, uint64_t hash) {
+  auto it = map_.find({pos, hash});
+  if (it == map_.end()) return false;
+  it->second.last_use = ++tick_;
+  return true;
+}
+
+void SnapshotPool::evict_to(size_t bytes) {
+  while (bytes_ > bytes && !map_.empty()) {
+    auto lru = map_.begin();
+    for (auto it = map_.begin(); it != map_.end(); ++it)
+      if (it->second.last_use < lru->second.last_use) lru = it;
+    bytes_ -= lru->second.data.size() * sizeof(float);
+    map_.erase(lru);
+    ++evicted_;
+  }
+}
+
+void SnapshotPool::set_budget(size_t bytes) {
+  budget_ = bytes;
+  evict_to(bytes);
+}
+
+void SnapshotPool::clear() {
+  map_.clear();
+  bytes_ = 0;
+}
+
+SnapshotPool::Stats SnapshotPool::stats() const {
+  return {.count = static_cast<int64_t>(map_.size()),
+          .stored = stored_,
+          .evicted = evicted_,
+          .hits = hits_,
+          .bytes = bytes_,
+          .budget = budget_};
+}
+
+}  // namespace ft

@@ -1,0 +1,73 @@
+// Recurrent-state snapshot pool: copies of a sequence's state (DeltaNet conv + ssm and the KV
+// of the last partial page) after the first pos tokens of a prefix, keyed by (pos, 64-bit hash
+// of those tokens), under a byte budget with LRU eviction. Host RAM on the CPU engine.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <span>
+#include <utility>
+#include <vector>
+
+namespace ft {
+
+// Hash chain over a token prefix: out[i] hashes tokens[0..i) (out[0] is the empty prefix).
+std::vector<uint64_t> prefix_hashes(std::span<const int32_t> tokens);
+
+class SnapshotPool {
+ public:
+  struct Snapshot {
+    int64_t pos;
+    uint64_t hash;
+    std::vector<float> data;
+    uint64_t last_use = 0;
+  };
+  struct Stats {
+    int64_t count = 0, stored = 0, evicted = 0, hits = 0;
+    size_t bytes = 0, budget = 0;
+  };
+
+  explicit SnapshotPool(size_t budget_bytes) : budget_(budget_bytes) {}
+
+  // Stores a copy of data for the prefix (pos, hash), replacing an older copy, after evicting
+  // least recently used snapshots to make room. False (nothing stored) when data alone exceeds
+  // the budget.
+  bool put(int64_t pos, uint64_t hash, std::span<const float> data);
+  // The deepest snapshot at a position p <= max_pos with hash == hashes[p] and accept(p) true,
+  // marked used; nullptr when none.
+  template <class Accept>
+  const Snapshot* deepest(std::span<const uint64_t> hashes, int64_t max_pos, Accept accept);
+  bool contains(int64_t pos, uint64_t hash) const { return map_.count({pos, hash}) > 0; }
+  // Marks a stored snapshot used (a prefill passed its anchor again); false if absent.
+  bool touch(int64_t pos, uint64_t hash);
+  // Shrinks or grows the budget, evicting LRU snapshots to fit.
+  void set_budget(size_t bytes);
+  void clear();
+  Stats stats() const;
+
+ private:
+  void evict_to(size_t bytes);
+
+  size_t budget_, bytes_ = 0;
+  uint64_t tick_ = 0;
+  int64_t stored_ = 0, evicted_ = 0, hits_ = 0;
+  std::map<std::pair<int64_t, uint64_t>, Snapshot> map_;  // ordered by position
+};
+
+template <class Accept>
+const SnapshotPool::Snapshot* SnapshotPool::deepest(std::span<const uint64_t> hashes,
+                                                    int64_t max_pos, Accept accept) {
+  auto it = map_.upper_bound({max_pos, UINT64_MAX});
+  while (it != map_.begin()) {
+    --it;
+    Snapshot& s = it->second;
+    if (s.pos < static_cast<int64_t>(hashes.size()) && hashes[s.pos] == s.hash && accept(s.pos)) {
+      s.last_use = ++tick_;
+      ++hits_;
+      return &s;
+    }
+  }
+  return nullptr;
+}
+
+}  // namespace ft
