@@ -5,8 +5,11 @@
 
 #include "base/error.h"
 #include "base/log.h"
+#include "cache/memory_plan.h"
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "engine/backend.h"
+#include "experts/bw_profile.h"
 #include "server/server.h"
 
 namespace ft::cli {
@@ -16,6 +19,7 @@ struct ServeOptions {
   std::string model;
   server::ServerOptions http;
   EngineOptions engine;
+  BackendOptions backend;
 };
 
 httplib::Server* g_http = nullptr;
@@ -24,6 +28,7 @@ void on_signal(int) {
 }
 
 void run_serve(ServeOptions o) {
+  validate_backend_options(o.backend);  // flag mistakes before the port or the model
   if (o.model.empty()) {
     o.model = default_model_dir();
     FT_LOG_INFO("no --model given: serving the embedded demo model ({}), a 22 MB Qwen3-MoE "
@@ -77,7 +82,9 @@ void run_serve(ServeOptions o) {
       FT_LOG_WARN("no chat template ({}); chat endpoints will answer 400", e.what());
     }
     phase = "engine";
-    engine = std::make_unique<Engine>(std::move(model), std::move(tok), o.engine);
+    auto runner = make_runner(*model, o.engine, o.backend);  // refuses a budget that cannot work
+    engine = std::make_unique<Engine>(std::move(model), std::move(tok), o.engine,
+                                      std::move(runner));
   } catch (...) {
     http.stop();
     listener.join();
@@ -89,9 +96,10 @@ void run_serve(ServeOptions o) {
   server::register_anthropic_routes(http, *ctx);
   phase = "ready";
   ready.store(true, std::memory_order_release);
-  FT_LOG_INFO("serving {} as '{}' on http://{}:{} (max {} running, context {})", o.model,
-              o.http.served_model_name, o.http.host, o.http.port, o.engine.max_running,
-              o.engine.ctx_size);
+  FT_LOG_INFO("serving {} as '{}' on http://{}:{} (max {} running, context {}, {})", o.model,
+              o.http.served_model_name, o.http.host, o.http.port,
+              engine->options().max_running, engine->options().ctx_size,
+              engine->stats().runner.device);
   listener.join();
   g_http = nullptr;
   FT_LOG_INFO("stopped");
@@ -117,7 +125,50 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--chunk", o->engine.chunk, "Tokens per engine step (prefill chunk size)")
       ->check(CLI::Range(8, 1 << 16))->capture_default_str();
   cmd->add_option("--threads", o->engine.threads, "CPU threads (0: one per core)");
-  cmd->callback([o] { run_serve(*o); });
+  cmd->add_option("--stats-log-interval", o->engine.stats_log_s,
+                  "Seconds between stats log lines (0: never)")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
+  // Where the model runs and how much GPU memory it may use (issue #5).
+  auto checked = [](auto parse) {
+    return CLI::Validator(
+        [parse](std::string& v) -> std::string {
+          try {
+            parse(v);
+          } catch (const Error& e) {
+            return e.what();
+          }
+          return {};
+        },
+        "", "");
+  };
+  cmd->add_option("--moe-backend", o->backend.moe_backend,
+                  "auto|fused|offload|cpu|hybrid: experts all on the GPU (fused), a VRAM cache "
+                  "fed over PCIe (offload), misses split between PCIe and CPU (hybrid), all on "
+                  "the CPU (cpu); auto: fused if it fits, else by the `ft bench bw` profile")
+      ->check(checked([](const std::string& v) { parse_moe_backend(v); }))
+      ->capture_default_str();
+  auto* gpu_memory = cmd->add_option(
+      "--gpu-memory", o->backend.gpu_memory,
+      "GPU memory the engine may use in all (weights, KV, expert slots, scratch), e.g. 8GiB");
+  gpu_memory->check(checked([](const std::string& v) { parse_size(v); }));
+  cmd->add_option("--memory-ratio", o->backend.memory_ratio,
+                  "Fraction of free VRAM to use when --gpu-memory is not given")
+      ->check(CLI::Range(0.01, 1.0))->excludes(gpu_memory)->capture_default_str();
+  cmd->add_option("--kv-reserve-tokens", o->backend.kv_reserve_tokens,
+                  "GPU: KV tokens reserved before the expert cache takes the rest (also the "
+                  "context when --ctx-size is not given)")
+      ->check(CLI::Range(int64_t{16}, int64_t{1} << 24))->capture_default_str();
+  auto* cache_size = cmd->add_option("--moe-cache-size", o->backend.moe_cache_size,
+                                     "GPU expert slots (default: what the budget holds)");
+  cache_size->check(CLI::NonNegativeNumber);
+  cmd->add_option("--moe-cache-rate", o->backend.moe_cache_rate,
+                  "GPU expert slots as a fraction of all experts")
+      ->check(CLI::Range(0.0, 1.0))->excludes(cache_size);
+  auto* ctx = cmd->get_option("--ctx-size");
+  cmd->callback([o, ctx] {
+    o->backend.ctx_size_given = ctx->count() > 0;
+    run_serve(*o);
+  });
 }
 
 }  // namespace ft::cli

@@ -14,7 +14,8 @@ namespace ft {
 
 struct Engine::Slot {
   std::shared_ptr<Request> req;
-  std::unique_ptr<KVCache> kv;
+  Runner& runner;
+  int seq;                      // the runner's slot (its KV cache)
   std::vector<int32_t> tokens;  // prompt + generated
   int64_t done = 0;             // tokens already in the KV cache
   int64_t prompt_len = 0;
@@ -26,22 +27,35 @@ struct Engine::Slot {
   Timer timer;
   double ttft = -1;
 
-  Slot(std::shared_ptr<Request> r, const Tokenizer& tok, const ModelConfig& c, int64_t ctx)
-      : req(std::move(r)), kv(std::make_unique<KVCache>(c, ctx)), tokens(req->prompt),
+  Slot(std::shared_ptr<Request> r, const Tokenizer& tok, const ModelConfig& c, Runner& run,
+       int seq)
+      : req(std::move(r)), runner(run), seq(seq), tokens(req->prompt),
         prompt_len(static_cast<int64_t>(req->prompt.size())), sampler(req->sampling),
         detok(tok, req->skip_special), logits(c.vocab_size) {
     if (req->presence_penalty != 0 || req->frequency_penalty != 0) counts.assign(c.vocab_size, 0);
+    runner.open(seq);
   }
+  ~Slot() { runner.close(seq); }
 };
 
 Engine::Engine(std::unique_ptr<Model> model, std::unique_ptr<Tokenizer> tok, EngineOptions opt)
-    : model_(std::move(model)), tok_(std::move(tok)), opt_(opt), pool_(opt.threads),
-      tf_(*model_, pool_, opt.chunk) {
+    : Engine(std::move(model), std::move(tok), opt, nullptr) {}
+
+Engine::Engine(std::unique_ptr<Model> model, std::unique_ptr<Tokenizer> tok, EngineOptions opt,
+               std::unique_ptr<Runner> runner)
+    : model_(std::move(model)), tok_(std::move(tok)), opt_(opt), runner_(std::move(runner)) {
+  if (!runner_)
+    runner_ = make_cpu_runner(*model_, opt.threads, opt.chunk, opt.max_running, opt.ctx_size);
+  opt_.max_running = std::min(opt_.max_running, runner_->max_seqs());
+  opt_.ctx_size = std::min(opt_.ctx_size, runner_->capacity());
+  opt_.chunk = std::min(opt_.chunk, runner_->max_chunk());
+  for (int s = opt_.max_running - 1; s >= 0; --s) free_seqs_.push_back(s);
   for (int64_t id : model_->config().eos_token_ids) eos_ids_.push_back(static_cast<int32_t>(id));
   if (tok_->eos_id() >= 0 &&
       std::find(eos_ids_.begin(), eos_ids_.end(), tok_->eos_id()) == eos_ids_.end())
     eos_ids_.push_back(tok_->eos_id());
-  stats_.weight_bytes = model_->matrix_bytes();
+  stats_.weight_bytes = runner_->weight_bytes();
+  stats_.runner = runner_->stats();
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -85,7 +99,9 @@ void Engine::submit(const std::shared_ptr<Request>& req) {
 
 EngineStats Engine::stats() const {
   std::lock_guard lock(mu_);
-  return stats_;
+  EngineStats s = stats_;
+  s.uptime_s = uptime_.seconds();
+  return s;
 }
 
 std::vector<RequestRecord> Engine::recent_requests() const {
@@ -169,8 +185,10 @@ void Engine::loop() {
       while (static_cast<int>(running.size()) < opt_.max_running && !waiting_.empty()) {
         auto req = std::move(waiting_.front());
         waiting_.pop_front();
+        const int seq = free_seqs_.back();
+        free_seqs_.pop_back();
         running.push_back(std::make_unique<Slot>(std::move(req), *tok_, model_->config(),
-                                                 opt_.ctx_size));
+                                                 *runner_, seq));
       }
       stats_.running = static_cast<int64_t>(running.size());
       stats_.waiting = static_cast<int64_t>(waiting_.size());
@@ -186,14 +204,63 @@ void Engine::loop() {
         ev.error = e.what();
         s->req->events.push(std::move(ev));
       }
-      running.clear();
+      release(running, running.begin());
     }
-    std::lock_guard lock(mu_);
-    stats_.running = static_cast<int64_t>(running.size());
-    stats_.kv_bytes = 0;
-    for (const auto& s : running) stats_.kv_bytes += (s->kv->k.size() + s->kv->v.size()) * sizeof(float);
+    {
+      std::lock_guard lock(mu_);
+      stats_.running = static_cast<int64_t>(running.size());
+      stats_.kv_bytes = runner_->kv_bytes();
+      stats_.runner = runner_->stats();
+    }
+    log_stats();
   }
   for (auto& s : running) emit_done(*s->req, FinishReason::CANCELLED, {});
+  release(running, running.begin());
+}
+
+void Engine::release(std::vector<std::unique_ptr<Slot>>& running,
+                     std::vector<std::unique_ptr<Slot>>::iterator from) {
+  for (auto it = from; it != running.end(); ++it) free_seqs_.push_back((*it)->seq);
+  running.erase(from, running.end());  // ~Slot closes the runner's slot
+}
+
+// Every stats_log_s seconds with work done: throughput since the last line, and for the GPU
+// backends the expert-cache hit rate, PCIe bytes, CPU-computed experts and the time split.
+void Engine::log_stats() {
+  if (opt_.stats_log_s <= 0) return;
+  EngineStats s;
+  {
+    std::lock_guard lock(mu_);
+    s = stats_;
+    s.uptime_s = uptime_.seconds();
+  }
+  if (s.uptime_s - last_log_s_ < opt_.stats_log_s || s.steps_total == logged_.steps_total) return;
+  const double dt = s.uptime_s - last_log_s_;
+  const RunnerStats &r = s.runner, &r0 = logged_.runner;
+  std::string line = fmt::format(
+      "stats: {:.1f} prefill tok/s, {:.1f} decode tok/s over {:.0f} s, {} running, {} waiting",
+      (s.prompt_tokens_total - logged_.prompt_tokens_total) / dt,
+      (s.generated_tokens_total - logged_.generated_tokens_total) / dt, dt, s.running, s.waiting);
+  if (r.backend != "cpu") {
+    const int64_t hits = r.hits - r0.hits, misses = r.misses - r0.misses;
+    const double split = (r.t_attention - r0.t_attention) + (r.t_routing - r0.t_routing) +
+                         (r.t_hits - r0.t_hits) + (r.t_fetch - r0.t_fetch) + (r.t_cpu - r0.t_cpu);
+    auto pct = [&](double a, double b) { return 100 * (a - b) / split; };
+    line += fmt::format("; {}: hit rate {:.1f}%, fetched {:.1f} MB ({} experts), {} experts on "
+                        "the CPU",
+                        r.backend, hits + misses ? 100.0 * hits / (hits + misses) : 0.0,
+                        (r.fetched_bytes - r0.fetched_bytes) / 1e6,
+                        r.fetched_experts - r0.fetched_experts, r.cpu_experts - r0.cpu_experts);
+    if (split > 0)  // 0 where the GPU replays captured graphs (no host-side timing)
+      line += fmt::format("; time attention {:.0f}% routing {:.0f}% hits {:.0f}% fetch {:.0f}% "
+                          "cpu {:.0f}%",
+                          pct(r.t_attention, r0.t_attention), pct(r.t_routing, r0.t_routing),
+                          pct(r.t_hits, r0.t_hits), pct(r.t_fetch, r0.t_fetch),
+                          pct(r.t_cpu, r0.t_cpu));
+  }
+  FT_LOG_INFO("{}", line);
+  last_log_s_ = s.uptime_s;
+  logged_ = s;
 }
 
 void Engine::step(std::vector<std::unique_ptr<Slot>>& running) {
@@ -209,19 +276,19 @@ void Engine::step(std::vector<std::unique_ptr<Slot>>& running) {
     if (recent_.size() > 64) recent_.pop_back();
   };
   // Cancelled requests leave before the step, freeing their slot.
-  std::erase_if(running, [&](auto& s) {
-    if (!s->req->cancelled.load()) return false;
+  release(running, std::stable_partition(running.begin(), running.end(), [&](auto& s) {
+    if (!s->req->cancelled.load()) return true;
     finish(*s, FinishReason::CANCELLED);
-    return true;
-  });
+    return false;
+  }));
   if (running.empty()) return;
   // Decodes first (one token each), then prefill chunks in the remaining budget.
-  std::vector<SeqStep> batch;
+  std::vector<RunnerStep> batch;
   std::vector<Slot*> members;
   int64_t budget = opt_.chunk, prefill = 0, decode = 0;
   for (auto& s : running)
     if (static_cast<int64_t>(s->tokens.size()) - s->done == 1 && s->done >= s->prompt_len) {
-      batch.push_back({s->kv.get(), s->tokens.data() + s->done, 1, s->done, s->logits.data()});
+      batch.push_back({s->seq, s->tokens.data() + s->done, 1, s->done, s->logits.data()});
       members.push_back(s.get());
       --budget;
       ++decode;
@@ -231,14 +298,14 @@ void Engine::step(std::vector<std::unique_ptr<Slot>>& running) {
     if (s->done >= s->prompt_len || budget <= 0) continue;
     const int64_t n = std::min(left, budget);
     const bool last = n == left;
-    batch.push_back({s->kv.get(), s->tokens.data() + s->done, n, s->done,
+    batch.push_back({s->seq, s->tokens.data() + s->done, n, s->done,
                      last ? s->logits.data() : nullptr});
     members.push_back(s.get());
     budget -= n;
     prefill += n;
   }
   Timer t;
-  tf_.forward_batch(batch);
+  runner_->forward_batch(batch);
   const double dt = t.seconds();
   {
     std::lock_guard lock(mu_);
@@ -300,14 +367,14 @@ void Engine::step(std::vector<std::unique_ptr<Slot>>& running) {
     ev.text = s.held.substr(0, emit);
     s.held.erase(0, emit);
     r.events.push(std::move(ev));
-    if (at_limit || static_cast<int64_t>(s.tokens.size()) >= s.kv->capacity) {
+    if (at_limit || static_cast<int64_t>(s.tokens.size()) >= opt_.ctx_size) {
       finish(s, FinishReason::LENGTH);
       ended.push_back(&s);
     }
   }
-  std::erase_if(running, [&](auto& s) {
-    return std::find(ended.begin(), ended.end(), s.get()) != ended.end();
-  });
+  release(running, std::stable_partition(running.begin(), running.end(), [&](auto& s) {
+    return std::find(ended.begin(), ended.end(), s.get()) == ended.end();
+  }));
 }
 
 }  // namespace ft

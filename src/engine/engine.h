@@ -8,7 +8,8 @@
 #include <vector>
 
 #include "engine/request.h"
-#include "model/transformer.h"
+#include "engine/runner.h"
+#include "base/timer.h"
 #include "tokenizer/tokenizer.h"
 
 namespace ft {
@@ -19,6 +20,7 @@ struct EngineOptions {
   int64_t ctx_size = 4096;    // tokens per sequence (prompt + generation)
   int64_t chunk = 256;        // tokens per engine step (prefill chunks share it with decodes)
   int threads = 0;            // CPU threads (0: one per core)
+  double stats_log_s = 60;    // seconds between periodic stats log lines (0: never)
 };
 
 // A request the engine refuses, with the HTTP status it maps to (400 never fits, 429 busy).
@@ -35,6 +37,7 @@ struct EngineStats {
   double prefill_tokens_per_s = 0;
   double uptime_s = 0;
   size_t kv_bytes = 0, weight_bytes = 0;
+  RunnerStats runner;  // backend, expert-cache counters, time split, memory plan
 };
 
 // Summary of a finished request for GET /v1/requests.
@@ -48,7 +51,12 @@ struct RequestRecord {
 
 class Engine {
  public:
+  // Runs the model on the CPU (make_cpu_runner with opt's threads, chunk, ctx_size).
   Engine(std::unique_ptr<Model> model, std::unique_ptr<Tokenizer> tok, EngineOptions opt);
+  // Runs the model on `runner`, which must have been made over *model. max_running, ctx_size
+  // and chunk are capped by the runner's slots, capacity and max_chunk.
+  Engine(std::unique_ptr<Model> model, std::unique_ptr<Tokenizer> tok, EngineOptions opt,
+         std::unique_ptr<Runner> runner);
   ~Engine();  // stops the loop; running requests end with FinishReason::CANCELLED
 
   // Validates and enqueues; throws RequestError (400: can never fit the context or bad ids;
@@ -66,13 +74,20 @@ class Engine {
   struct Slot;
   void loop();
   void step(std::vector<std::unique_ptr<Slot>>& running);
+  void log_stats();
+  // Gives the runner slots of running[from..) back and drops those sequences.
+  void release(std::vector<std::unique_ptr<Slot>>& running,
+               std::vector<std::unique_ptr<Slot>>::iterator from);
 
   std::unique_ptr<Model> model_;
   std::unique_ptr<Tokenizer> tok_;
   EngineOptions opt_;
   std::vector<int32_t> eos_ids_;
-  ThreadPool pool_;
-  Transformer tf_;
+  std::unique_ptr<Runner> runner_;
+  std::vector<int> free_seqs_;  // runner slots not in use (engine thread only)
+  Timer uptime_;
+  double last_log_s_ = 0;
+  EngineStats logged_;          // stats at the last periodic log line
 
   mutable std::mutex mu_;
   std::condition_variable cv_;

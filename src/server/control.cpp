@@ -7,9 +7,32 @@
 namespace ft::server {
 
 namespace {
+// The backend's expert-offload counters and per-part time (zeros on the CPU backend).
+nlohmann::json moe_json(const RunnerStats& r) {
+  return {{"hits", r.hits},
+          {"misses", r.misses},
+          {"hit_rate", r.hit_rate()},
+          {"fetched_experts", r.fetched_experts},
+          {"fetched_bytes", r.fetched_bytes},
+          {"streamed_bytes", r.streamed_bytes},
+          {"cpu_experts", r.cpu_experts},
+          {"expert_slots", r.expert_slots},
+          {"experts_total", r.experts_total},
+          {"steps", r.steps},
+          {"time_s",
+           {{"attention", r.t_attention},
+            {"routing", r.t_routing},
+            {"hits", r.t_hits},
+            {"fetch", r.t_fetch},
+            {"cpu", r.t_cpu}}}};
+}
+
 nlohmann::json stats_json(const Engine& e) {
   const EngineStats s = e.stats();
-  return {{"running", s.running},
+  return {{"backend", s.runner.backend},
+          {"device", s.runner.device},
+          {"uptime_s", s.uptime_s},
+          {"running", s.running},
           {"waiting", s.waiting},
           {"requests_total", s.requests_total},
           {"requests_finished", s.requests_finished},
@@ -19,7 +42,13 @@ nlohmann::json stats_json(const Engine& e) {
           {"steps_total", s.steps_total},
           {"decode_tokens_per_s", s.decode_tokens_per_s},
           {"prefill_tokens_per_s", s.prefill_tokens_per_s},
-          {"memory", {{"weight_bytes", s.weight_bytes}, {"kv_bytes", s.kv_bytes}}},
+          {"memory",
+           {{"weight_bytes", s.weight_bytes},
+            {"kv_bytes", s.kv_bytes},
+            {"kv_tokens", s.runner.kv_tokens},
+            {"budget_bytes", s.runner.memory_budget},
+            {"planned_bytes", s.runner.memory_planned}}},
+          {"moe", moe_json(s.runner)},
           {"max_running_requests", e.options().max_running},
           {"ctx_size", e.options().ctx_size}};
 }
@@ -57,6 +86,29 @@ void register_control_routes(httplib::Server& http, ServerContext& ctx) {
     metric("generation_tokens_total", "counter", "Tokens generated", s.generated_tokens_total);
     metric("decode_tokens_per_second", "gauge", "Recent decode throughput", s.decode_tokens_per_s);
     metric("prefill_tokens_per_second", "gauge", "Recent prefill throughput", s.prefill_tokens_per_s);
+    const RunnerStats& r = s.runner;
+    metric("moe_expert_hits_total", "counter", "Decode expert-cache hits", r.hits);
+    metric("moe_expert_misses_total", "counter", "Decode expert-cache misses", r.misses);
+    metric("moe_expert_hit_rate", "gauge", "Decode expert-cache hit rate since start", r.hit_rate());
+    metric("moe_fetched_experts_total", "counter", "Experts copied host to GPU in decode",
+           r.fetched_experts);
+    metric("moe_fetched_bytes_total", "counter", "Bytes copied host to GPU in decode",
+           r.fetched_bytes);
+    metric("moe_streamed_bytes_total", "counter", "Bytes streamed host to GPU in prefill",
+           r.streamed_bytes);
+    metric("moe_cpu_experts_total", "counter", "Experts computed on the CPU (hybrid)",
+           r.cpu_experts);
+    metric("step_attention_seconds_total", "counter", "Step time in attention", r.t_attention);
+    metric("step_routing_seconds_total", "counter", "Step time in routing", r.t_routing);
+    metric("step_hits_seconds_total", "counter", "Step time computing cached experts", r.t_hits);
+    metric("step_fetch_seconds_total", "counter", "Step time waiting for expert fetches",
+           r.t_fetch);
+    metric("step_cpu_seconds_total", "counter", "Step time waiting for CPU experts", r.t_cpu);
+    metric("kv_bytes", "gauge", "KV cache bytes held", s.kv_bytes);
+    metric("memory_budget_bytes", "gauge", "GPU memory budget (0 on the CPU backend)",
+           r.memory_budget);
+    m += fmt::format("# HELP ft_backend_info Where the experts run\n# TYPE ft_backend_info "
+                     "gauge\nft_backend_info{{backend=\"{}\"}} 1\n", r.backend);
     res.set_content(m, "text/plain; version=0.0.4");
   });
   // Raw generation without a chat template: {"text": "..."} or {"input_ids": [...]}.

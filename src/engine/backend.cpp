@@ -1,0 +1,32 @@
+// Backend flag validation and the GPU sequence layout (plain C++, shared by both builds).
+#include "engine/backend.h"
+
+#include "base/error.h"
+#include "cache/memory_plan.h"
+#include "experts/bw_profile.h"
+
+namespace ft {
+
+void validate_backend_options(const BackendOptions& b) {
+  parse_moe_backend(b.moe_backend);
+  if (!b.gpu_memory.empty() && parse_size(b.gpu_memory) == 0)
+    fail("--gpu-memory must be more than 0 bytes (e.g. 8GiB)");
+  if (!(b.memory_ratio > 0 && b.memory_ratio <= 1))
+    fail("--memory-ratio must be in (0, 1] (a fraction of free VRAM), got {}", b.memory_ratio);
+  if (b.kv_reserve_tokens < 16) fail("--kv-reserve-tokens must be at least 16");
+  if (b.moe_cache_size >= 0 && b.moe_cache_rate >= 0)
+    fail("give --moe-cache-size or --moe-cache-rate, not both");
+  if (b.moe_cache_rate > 1) fail("--moe-cache-rate is a fraction of all experts, in (0, 1]");
+}
+
+GpuSeqLayout gpu_seq_layout(const EngineOptions& opt, const BackendOptions& b) {
+  const int64_t ctx = b.ctx_size_given ? opt.ctx_size : b.kv_reserve_tokens;
+  if (ctx > b.kv_reserve_tokens)
+    fail("--ctx-size {} is more than --kv-reserve-tokens {}: raise --kv-reserve-tokens to at "
+         "least {} or lower --ctx-size",
+         ctx, b.kv_reserve_tokens, ctx);
+  const int64_t fit = b.kv_reserve_tokens / ctx;
+  return {ctx, static_cast<int>(std::min<int64_t>(opt.max_running, fit))};
+}
+
+}  // namespace ft

@@ -1,0 +1,43 @@
+// Choosing and building the engine's runner from the memory flags of `ft serve`: the CPU
+// runner, or on a CUDA device the GPU runner (fused / offload / hybrid) sized by the memory
+// planner before anything is allocated. make_runner lives in engine/cuda_runner.cpp (CUDA
+// builds) or engine/cpu_only_backend.cpp (no CUDA backend); the rest here is plain C++.
+#pragma once
+#include <memory>
+#include <string>
+
+#include "engine/engine.h"
+#include "engine/runner.h"
+
+namespace ft {
+
+struct BackendOptions {
+  std::string moe_backend = "auto";  // auto | fused | offload | cpu | hybrid
+  std::string gpu_memory;            // budget ("24GiB"); empty: memory_ratio x free VRAM
+  double memory_ratio = 0.9;         // fraction of free VRAM when gpu_memory is empty
+  int64_t kv_reserve_tokens = 32768;  // KV reserved before the expert cache takes the rest
+  int64_t moe_cache_size = -1;       // expert slots (-1: from the budget)
+  double moe_cache_rate = -1;        // fraction of all experts as slots (-1: from the budget)
+  bool ctx_size_given = false;       // --ctx-size was passed (else the GPU uses the reserve)
+  std::string profile_path;          // bandwidth profile (empty: bw_profile_path())
+};
+
+// Flag checks that need no model or device; throws ft::Error naming the flag and the fix.
+void validate_backend_options(const BackendOptions& b);
+
+// GPU sequence layout from the KV reserve: each sequence holds ctx tokens (--ctx-size, or the
+// whole reserve when not given, so one long agent prompt fits), and as many sequences run as
+// the reserve holds, at most max_running. Throws ft::Error when ctx exceeds the reserve.
+struct GpuSeqLayout {
+  int64_t ctx;
+  int seqs;
+};
+GpuSeqLayout gpu_seq_layout(const EngineOptions& opt, const BackendOptions& b);
+
+// Builds the runner for `ft serve` and logs the choice and the memory plan. Refuses (ft::Error,
+// one line with the numbers and the fix) a budget that cannot hold the model, before loading
+// experts or allocating VRAM. May lower opt.max_running / opt.ctx_size to the GPU layout.
+std::unique_ptr<Runner> make_runner(const Model& model, EngineOptions& opt,
+                                    const BackendOptions& b);
+
+}  // namespace ft

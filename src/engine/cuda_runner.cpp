@@ -1,0 +1,216 @@
+// make_runner for CUDA builds: picks cpu / fused / offload / hybrid (--moe-backend, auto from
+// the bandwidth profile), plans VRAM with the memory planner before anything is allocated, and
+// runs the model on CudaTransformer. Plain C++ over the CUDA runner's headers.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <optional>
+
+#include "backend/cuda/cuda_ops.h"
+#include "base/error.h"
+#include "base/log.h"
+#include "cache/memory_plan.h"
+#include "engine/backend.h"
+#include "experts/bw_profile.h"
+#include "experts/gpu_expert_store.h"
+#include "model/cuda_transformer.h"
+
+namespace ft {
+
+namespace {
+std::string gib(size_t b) { return fmt::format("{:.2f} GiB", b / double(size_t{1} << 30)); }
+
+// The routed experts' shape, without copying them (what the planner needs).
+HostExperts expert_shape(const Model& model) {
+  const ModelConfig& c = model.config();
+  HostExperts h;
+  h.n_layers = c.n_layers;
+  h.n_experts = c.n_experts;
+  for (const auto& L : model.weights().layers) {
+    if (L.experts.empty()) continue;
+    if (h.moe_layers++ == 0) {
+      h.dtype = L.experts[0].gate.dtype;
+      h.inter = L.experts[0].gate.shape[0];
+      h.hidden = L.experts[0].gate.shape[1];
+    }
+  }
+  return h;
+}
+
+// "NVIDIA H200" from "NVIDIA H200, 139.8 GiB, sm_90": the profile's key.
+std::string gpu_name() {
+  const std::string s = cuda::device_summary();
+  return s.substr(0, s.find(','));
+}
+
+std::string expert_format(const HostExperts& h) {
+  switch (h.dtype) {
+    case DType::BF16: return "bf16";
+    case DType::F16: return "f16";
+    case DType::F32: return "f32";
+    default: return "other";
+  }
+}
+
+// CudaTransformer behind the Runner seam, owning the pinned experts it offloads (if any).
+// Runner slots are the transformer's sequences; a new sequence simply starts at position 0.
+class CudaRunner : public Runner {
+ public:
+  CudaRunner(const Model& model, int64_t capacity, int64_t max_chunk, int max_seqs,
+             std::unique_ptr<HostExperts> host, const CudaOffload& offload, RunnerStats base)
+      : model_(model), host_(std::move(host)),
+        tf_(model, capacity, max_chunk, with_host(offload, host_.get()), max_seqs),
+        base_(std::move(base)) {}
+
+  int max_seqs() const override { return tf_.max_seqs(); }
+  int64_t capacity() const override { return tf_.capacity(); }
+  int64_t max_chunk() const override { return tf_.max_chunk(); }
+  void open(int seq) override { FT_CHECK(seq >= 0 && seq < max_seqs(), "slot {}", seq); }
+  void close(int) override {}
+
+  void forward_batch(std::span<const RunnerStep> steps) override {
+    batch_.clear();
+    for (const RunnerStep& s : steps) batch_.push_back({s.seq, s.ids, s.n, s.pos0, s.logits});
+    tf_.forward_batch(batch_);
+  }
+
+  RunnerStats stats() const override {
+    RunnerStats s = base_;
+    const CudaRuntimeStats r = tf_.runtime_stats();
+    s.steps = r.steps;
+    s.hits = r.hits;
+    s.misses = r.misses;
+    s.fetched_experts = r.fetched_experts;
+    s.cpu_experts = r.cpu_experts;
+    s.fetched_bytes = r.fetched_bytes;
+    s.streamed_bytes = r.streamed_bytes;
+    s.t_attention = r.t_attention;
+    s.t_routing = r.t_routing;
+    s.t_hits = r.t_hits;
+    s.t_fetch = r.t_fetch;
+    s.t_cpu = r.t_cpu;
+    return s;
+  }
+  size_t weight_bytes() const override { return tf_.weight_bytes(); }
+  size_t kv_bytes() const override {  // allocated once for every slot
+    const ModelConfig& c = model_.config();
+    return static_cast<size_t>(2 * c.n_layers * c.kv_dim() * tf_.capacity()) * max_seqs() *
+           sizeof(float);
+  }
+
+ private:
+  static CudaOffload with_host(CudaOffload o, const HostExperts* host) {
+    o.experts = host;
+    return o;
+  }
+  const Model& model_;
+  std::unique_ptr<HostExperts> host_;  // before tf_: the transformer reads it
+  CudaTransformer tf_;
+  RunnerStats base_;
+  std::vector<CudaSeqStep> batch_;
+};
+
+// The bandwidth profile's entry for this GPU and format; a broken file is a warning here.
+std::optional<BwEntry> profile_entry(const BackendOptions& b, const std::string& gpu,
+                                     const std::string& format) {
+  try {
+    const std::string path = b.profile_path.empty() ? bw_profile_path() : b.profile_path;
+    auto p = read_bw_profile(path);
+    if (!p) return std::nullopt;
+    const BwEntry* e = p->find(gpu, format);
+    if (!e) return std::nullopt;
+    return *e;
+  } catch (const Error& e) {
+    FT_LOG_WARN("{}", e.what());
+    return std::nullopt;
+  }
+}
+}  // namespace
+
+std::unique_ptr<Runner> make_runner(const Model& model, EngineOptions& opt,
+                                    const BackendOptions& b) {
+  validate_backend_options(b);
+  const MoeBackend requested = parse_moe_backend(b.moe_backend);
+  const bool cuda = cuda::device_count() > 0;
+  if (requested == MoeBackend::CPU || (requested == MoeBackend::AUTO && !cuda)) {
+    FT_LOG_INFO("moe backend: cpu ({})",
+                requested == MoeBackend::CPU ? "requested" : "auto: no CUDA device");
+    return make_cpu_runner(model, opt.threads, opt.chunk, opt.max_running, opt.ctx_size);
+  }
+  // The budget: --gpu-memory needs no device to plan (so a refusal comes first); the ratio
+  // is of the free VRAM measured now, before anything is allocated.
+  size_t free_b = 0, total_b = 0;
+  if (cuda) cuda::memory_info(&free_b, &total_b);
+  size_t budget = 0;
+  if (!b.gpu_memory.empty()) {
+    budget = parse_size(b.gpu_memory);
+  } else {
+    if (!cuda) choose_moe_backend(requested, false, false, nullptr);  // throws: needs a device
+    budget = static_cast<size_t>(b.memory_ratio * static_cast<double>(free_b));
+  }
+  const GpuSeqLayout layout = gpu_seq_layout(opt, b);
+  const HostExperts shape = expert_shape(model);
+  MemoryRequest req =
+      cuda_offload_request(model, shape, layout.ctx, opt.chunk, budget, layout.seqs);
+  const int64_t all = shape.moe_layers * shape.n_experts;
+  MemoryRequest all_req = req;  // fused: every expert resident
+  all_req.slots_override = all;
+  req.slots_override = b.moe_cache_size;
+  req.cache_rate = b.moe_cache_rate;
+  bool fits = b.moe_cache_size < 0 && b.moe_cache_rate < 0;  // auto honours explicit slots
+  try {
+    plan_memory(all_req);
+  } catch (const Error&) {
+    fits = false;
+  }
+  // An explicit backend's plan refuses with the numbers before the device is even needed.
+  if (requested == MoeBackend::FUSED) plan_memory(all_req);
+  if (requested == MoeBackend::OFFLOAD || requested == MoeBackend::HYBRID) plan_memory(req);
+  const std::string gpu = cuda ? gpu_name() : "";
+  std::optional<BwEntry> entry;
+  if (cuda && (requested == MoeBackend::AUTO || requested == MoeBackend::HYBRID))
+    entry = profile_entry(b, gpu, expert_format(shape));
+  const BackendChoice choice = choose_moe_backend(requested, cuda, fits, entry ? &*entry : nullptr);
+  const bool fused = choice.backend == MoeBackend::FUSED;
+  const MemoryPlan plan = plan_memory(fused ? all_req : req);
+  if (budget > free_b)
+    fail("--gpu-memory {} is more than the {} free on {}; lower --gpu-memory or use "
+         "--memory-ratio",
+         gib(budget), gib(free_b), cuda::device_summary());
+  RunnerStats base;
+  base.backend = moe_backend_name(choice.backend);
+  base.device = cuda::device_summary();
+  base.memory_budget = budget;
+  base.memory_planned = plan.used;
+  base.expert_slots = plan.expert_slots;
+  base.experts_total = all;
+  base.kv_tokens = layout.ctx * layout.seqs;
+  FT_LOG_INFO("moe backend: {} ({}); budget {} of {} free: {}", base.backend, choice.reason,
+              gib(budget), gib(free_b), plan.summary());
+  opt.ctx_size = layout.ctx;
+  opt.max_running = layout.seqs;
+  CudaOffload offload;
+  std::unique_ptr<HostExperts> host;
+  if (!fused) {
+    FT_LOG_INFO("copying {} of experts into pinned host memory",
+                gib(static_cast<size_t>(all) * shape.expert_bytes()));
+    host = std::make_unique<HostExperts>(HostExperts::copy_of(model));
+    offload.slots = plan.expert_slots;
+    if (choice.backend == MoeBackend::HYBRID) {
+      offload.mode = MoeMode::HYBRID;
+      if (choice.pcie_Bps > 0 && choice.cpu_Bps > 0) {
+        offload.pcie_Bps = choice.pcie_Bps;
+        offload.cpu_Bps = choice.cpu_Bps;
+      }
+      offload.cpu_threads = opt.threads;
+      FT_LOG_INFO("hybrid split: PCIe {:.1f} GB/s vs CPU {:.1f} GB/s ({}), fetch fraction {:.3f}",
+                  offload.pcie_Bps / 1e9, offload.cpu_Bps / 1e9,
+                  choice.pcie_Bps > 0 ? "from the bw profile" : "defaults: run `ft bench bw`",
+                  offload.pcie_Bps / (offload.pcie_Bps + offload.cpu_Bps));
+    }
+  }
+  return std::make_unique<CudaRunner>(model, layout.ctx, opt.chunk, layout.seqs, std::move(host),
+                                      offload, base);
+}
+
+}  // namespace ft

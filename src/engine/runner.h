@@ -1,0 +1,67 @@
+// The engine's backend seam: one forward step over several sequences' tokens. CpuRunner runs
+// the model on the CPU (Transformer + one KVCache per sequence); the CUDA runner
+// (engine/cuda_runner.cpp, built only with the CUDA backend) runs CudaTransformer. The engine
+// addresses sequences by slot index and never sees where the model runs.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/thread_pool.h"
+#include "model/transformer.h"
+
+namespace ft {
+
+// One sequence's part of a step: n tokens at positions pos0.. appended to slot seq's cache;
+// logits [vocab] of the last token, or nullptr when not needed (a mid-prompt chunk).
+struct RunnerStep {
+  int seq;
+  const int32_t* ids;
+  int64_t n;
+  int64_t pos0;
+  float* logits;
+};
+
+// Counters since start-up (cumulative) and the memory plan, for /v1/stats, /metrics and the
+// periodic log line. The CPU runner reports zeros for the expert-offload fields.
+struct RunnerStats {
+  std::string backend = "cpu";  // cpu | fused | offload | hybrid
+  std::string device;           // "cpu: avx512" or the GPU summary
+  int64_t steps = 0;
+  int64_t hits = 0, misses = 0;  // expert-cache lookups in decode
+  int64_t fetched_experts = 0, cpu_experts = 0;
+  size_t fetched_bytes = 0, streamed_bytes = 0;
+  // Seconds spent per part of the steps (GPU: wall time the host observed per phase).
+  double t_attention = 0, t_routing = 0, t_hits = 0, t_fetch = 0, t_cpu = 0;
+  size_t memory_budget = 0;   // bytes the planner could use (0 on the CPU)
+  size_t memory_planned = 0;  // bytes the plan allocates
+  int64_t expert_slots = 0, experts_total = 0;
+  int64_t kv_tokens = 0;      // KV capacity of all slots together
+  double hit_rate() const { return hits + misses ? double(hits) / double(hits + misses) : 0.0; }
+};
+
+class Runner {
+ public:
+  virtual ~Runner() = default;
+  virtual int max_seqs() const = 0;         // sequence slots: seq in [0, max_seqs)
+  virtual int64_t capacity() const = 0;     // tokens one sequence's cache holds
+  virtual int64_t max_chunk() const = 0;    // most tokens in one step, all sequences together
+  // A new sequence takes slot seq (its cache starts empty); close gives the slot back.
+  virtual void open(int seq) = 0;
+  virtual void close(int seq) = 0;
+  // Runs every step's tokens together (total <= max_chunk()). Throws ft::Error for bad ids or
+  // a cache overflow.
+  virtual void forward_batch(std::span<const RunnerStep> steps) = 0;
+  virtual RunnerStats stats() const = 0;
+  virtual size_t weight_bytes() const = 0;
+  virtual size_t kv_bytes() const = 0;  // bytes of KV cache held now
+};
+
+// The CPU runner: threads (0: one per core), max_chunk tokens per step, max_seqs slots whose
+// caches (capacity tokens each) are allocated at open() and freed at close().
+std::unique_ptr<Runner> make_cpu_runner(const Model& model, int threads, int64_t max_chunk,
+                                        int max_seqs, int64_t capacity);
+
+}  // namespace ft
