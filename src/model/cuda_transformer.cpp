@@ -215,6 +215,9 @@ CudaTransformer::CudaTransformer(const Model& model, int64_t capacity, int64_t m
     router_ = floats(T * c_.n_experts);
     route_ids_ = cuda::DeviceBuffer(T * c_.top_k * sizeof(int32_t));
     route_w_ = floats(T * c_.top_k);
+    route_counter_ = cuda::DeviceBuffer(sizeof(uint32_t));
+    const uint32_t zero = 0;
+    route_counter_.upload(&zero, sizeof(zero));
   }
   logit_rows_ = std::min(T, k_logit_rows);
   logits_ = floats(logit_rows_ * c_.vocab_size);
@@ -509,7 +512,12 @@ void CudaTransformer::ffn_block(int64_t l, int64_t n) {
     const cuda::GemvNorm norm{.w = L.ffn_norm, .eps = c_.rms_eps, .x_out = xn};
     if (moe) {
       const cuda::GemvOut r{.w = L.router, .y = router_.as<float>()};
-      cuda::gemv_multi(x, n, &r, 1, &norm);
+      const cuda::GemvRoute route{.top_k = c_.top_k,
+                                  .renormalize = c_.norm_topk_prob,
+                                  .ids = route_ids_.as<int32_t>(),
+                                  .weights = route_w_.as<float>(),
+                                  .counter = route_counter_.as<uint32_t>()};
+      cuda::gemv_multi(x, n, &r, 1, &norm, &route);
       return moe_block(l, n, true);  // adds into x
     }
     const cuda::GemvOut gu[2] = {{.w = L.gate, .y = g}, {.w = L.up, .y = u}};
@@ -534,9 +542,11 @@ void CudaTransformer::ffn_block(int64_t l, int64_t n) {
 void CudaTransformer::moe_block(int64_t l, int64_t n, bool routed) {
   const Layer& L = layers_[l];
   int32_t* ids = route_ids_.as<int32_t>();
-  if (!routed) cuda::matmul(*blas_, xn_.as<float>(), n, L.router, router_.as<float>());
-  cuda::route_topk_softmax(router_.as<float>(), n, c_.n_experts, c_.top_k, c_.norm_topk_prob, ids,
-                           route_w_.as<float>());
+  if (!routed) {
+    cuda::matmul(*blas_, xn_.as<float>(), n, L.router, router_.as<float>());
+    cuda::route_topk_softmax(router_.as<float>(), n, c_.n_experts, c_.top_k, c_.norm_topk_prob, ids,
+                             route_w_.as<float>());
+  }
   cuda::MoeArgs a{.x = xn_.as<float>(),
                   .n = n,
                   .ids = ids,

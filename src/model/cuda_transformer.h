@@ -119,7 +119,8 @@ class CudaTransformer {
   void run_layers(std::span<const CudaSeqStep> steps, int64_t n);
   void attention_block(int64_t layer, std::span<const CudaSeqStep> steps, int64_t n);
   void ffn_block(int64_t layer, int64_t n);
-  // routed: the router logits are already in router_ (the small path fuses them with the norm).
+  // routed: route_ids_/route_w_ are already set (the small path fuses the norm, the router GEMV
+  // and the top-k softmax into one launch).
   void moe_block(int64_t layer, int64_t n, bool routed);
   void moe_hybrid(int64_t layer, int64_t n, cuda::MoeArgs a);
   // Final norm + lm_head of every token (small passes) into logits_.
@@ -164,6 +165,7 @@ class CudaTransformer {
   // Scratch, [max_chunk, width]:
   cuda::DeviceBuffer ids_, x_, xn_, q_, k_, v_, att_, tmp_, gate_, up_, router_, route_ids_,
       route_w_, slot_ids_, logits_;
+  cuda::DeviceBuffer route_counter_;  // the fused router GEMV's block count (zero between calls)
   int64_t logit_rows_ = 0;  // rows of logits_ (lm_head runs in pieces of this many tokens)
 };
 

@@ -299,6 +299,55 @@ std::string check_route() {
   return err;
 }
 
+// The router GEMV with the top-k softmax fused into its last block vs the GEMV and
+// route_topk_softmax launched apart: the same logits and weights (same arithmetic; 1e-6
+// relative slack) and ids, twice in a row (the block counter is left at zero).
+std::string check_gemv_route() {
+  std::string err;
+  for (DType dt : {DType::F32, DType::BF16})
+    for (int64_t E : {60, 128, 512})
+      for (int64_t cols : {96, 2048})
+        for (int64_t n : {1, 3, 4}) {
+          const int64_t k = E == 60 ? 4 : 8;
+          const bool renorm = E != 512;
+          const Weights w = make_weights(dt, E, cols, static_cast<uint32_t>(E + cols + n));
+          auto x = randv(n * cols, static_cast<uint32_t>(n + cols), 2.f);
+          DeviceWeights dw = upload(w);
+          DeviceBuffer dx = up(x), dy(n * E * 4), dy2(n * E * 4), dids(n * k * 4), dwt(n * k * 4),
+                       rids(n * k * 4), rwt(n * k * 4), counter(4);
+          const uint32_t zero = 0;
+          counter.upload(&zero, 4);
+          cuda::gemv(dx.as<float>(), n, dw.m, dy2.as<float>());
+          cuda::route_topk_softmax(dy2.as<float>(), n, E, k, renorm, rids.as<int32_t>(),
+                                   rwt.as<float>());
+          const cuda::GemvOut o{.w = dw.m, .y = dy.as<float>()};
+          const cuda::GemvRoute r{.top_k = k,
+                                  .renormalize = renorm,
+                                  .ids = dids.as<int32_t>(),
+                                  .weights = dwt.as<float>(),
+                                  .counter = counter.as<uint32_t>()};
+          Compare c{fmt::format("gemv+route {} E {} cols {} n {}", dname(dt), E, cols, n)};
+          for (int rep = 0; rep < 2; ++rep) {
+            cuda::gemv_multi(dx.as<float>(), n, &o, 1, nullptr, &r);
+            auto y = down(dy, n * E), y2 = down(dy2, n * E);
+            auto wt = down(dwt, n * k), rw = down(rwt, n * k);
+            std::vector<int32_t> ids(n * k), ref_ids(n * k);
+            cuda::copy_to_host(ids.data(), dids.data(), ids.size() * 4);
+            cuda::copy_to_host(ref_ids.data(), rids.data(), ref_ids.size() * 4);
+            for (int64_t i = 0; i < n * E; ++i) c.add(i, y[i], y2[i], 1e-6f * std::fabs(y2[i]));
+            for (int64_t i = 0; i < n * k; ++i) {
+              c.add(i, static_cast<float>(ids[i]), static_cast<float>(ref_ids[i]), 0.f);
+              c.add(i, wt[i], rw[i], 1e-6f * rw[i]);
+            }
+            uint32_t left = 1;
+            cuda::copy_to_host(&left, counter.data(), 4);
+            c.add(rep, static_cast<float>(left), 0.f, 0.f);
+          }
+          err += c.result();
+        }
+  return err;
+}
+
 // The experts layer (decode and grouped paths) vs CpuExperts on random routes.
 std::string check_moe() {
   std::string err;
@@ -471,10 +520,15 @@ std::string attention_benchmark() {
 }
 
 std::vector<Check> op_checks() {
-  return {
-      {"embed", check_embed},     {"rmsnorm", check_rmsnorm},    {"elementwise", check_elementwise},
-      {"rope", check_rope},       {"matmul", check_matmul},      {"route", check_route},
-      {"moe_experts", check_moe}, {"attention", check_attention}};
+  return {{"embed", check_embed},
+          {"rmsnorm", check_rmsnorm},
+          {"elementwise", check_elementwise},
+          {"rope", check_rope},
+          {"matmul", check_matmul},
+          {"route", check_route},
+          {"gemv_route", check_gemv_route},
+          {"moe_experts", check_moe},
+          {"attention", check_attention}};
 }
 
 }  // namespace ft::cuda_checks

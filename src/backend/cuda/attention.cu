@@ -15,14 +15,19 @@ namespace ft::cuda {
 namespace {
 constexpr int k_warps = 4;
 
-constexpr int k_dec_warps = 8;  // per-token kernel: warps per (token, head)
-constexpr int k_dec_keys = 4;   // keys a warp scores per iteration (loads in flight)
+constexpr int k_dec_warps = 16;  // per-token kernel: warps per (token, head)
+// Keys a warp scores per iteration (their K and V loads in flight together), by head dims
+// per lane: as many as fit the registers of a 512-thread block.
+template <int DPL>
+constexpr int k_dec_keys = DPL <= 4 ? 8 : 4;
 
 // ---- kernels
 // DPL: head dims per lane (head_dim <= 32 * DPL).
 template <int DPL>
 __global__ void __launch_bounds__(32 * k_dec_warps)
     attention_kernel(const __grid_constant__ AttentionArgs a) {
+  pdl_wait();
+  pdl_trigger();
   const int64_t h = blockIdx.x, t = blockIdx.y;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t hd = a.head_dim, g = h / (a.n_heads / a.n_kv_heads);
@@ -40,11 +45,11 @@ __global__ void __launch_bounds__(32 * k_dec_warps)
   float m = -INFINITY, l = 0.f;
   const float* kb = a.k_cache + cache0 + g * hd;
   const float* vb = a.v_cache + cache0 + g * hd;
-  for (int64_t key0 = int64_t{warp} * k_dec_keys; key0 < len;
-       key0 += int64_t{k_dec_warps} * k_dec_keys) {
-    float s[k_dec_keys], vr[k_dec_keys][DPL];  // V rows loaded with K: one round trip
+  for (int64_t key0 = int64_t{warp} * k_dec_keys<DPL>; key0 < len;
+       key0 += int64_t{k_dec_warps} * k_dec_keys<DPL>) {
+    float s[k_dec_keys<DPL>], vr[k_dec_keys<DPL>][DPL];  // V rows loaded with K: one round trip
 #pragma unroll
-    for (int u = 0; u < k_dec_keys; ++u) {
+    for (int u = 0; u < k_dec_keys<DPL>; ++u) {
       s[u] = 0.f;
       const bool in = key0 + u < len;
       const float* k = kb + (key0 + u) * kv_dim;
@@ -59,15 +64,15 @@ __global__ void __launch_bounds__(32 * k_dec_warps)
     }
     float m_new = m;
 #pragma unroll
-    for (int u = 0; u < k_dec_keys; ++u) {
+    for (int u = 0; u < k_dec_keys<DPL>; ++u) {
       s[u] = warp_sum(s[u]) * a.scale;
       if (key0 + u < len) m_new = fmaxf(m_new, s[u]);
     }
     const float corr = expf(m - m_new);
-    float p[k_dec_keys];
+    float p[k_dec_keys<DPL>];
     l *= corr;
 #pragma unroll
-    for (int u = 0; u < k_dec_keys; ++u) {
+    for (int u = 0; u < k_dec_keys<DPL>; ++u) {
       p[u] = key0 + u < len ? expf(s[u] - m_new) : 0.f;
       l += p[u];
     }
@@ -75,7 +80,7 @@ __global__ void __launch_bounds__(32 * k_dec_warps)
     for (int j = 0; j < DPL; ++j) {
       float o = acc[j] * corr;
 #pragma unroll
-      for (int u = 0; u < k_dec_keys; ++u) o += p[u] * vr[u][j];
+      for (int u = 0; u < k_dec_keys<DPL>; ++u) o += p[u] * vr[u][j];
       acc[j] = o;
     }
     m = m_new;
@@ -213,7 +218,7 @@ void launch_tiled(const AttentionArgs& a) {
 template <int DPL>
 void launch_per_token(const AttentionArgs& a) {
   const dim3 grid(static_cast<unsigned>(a.n_heads), static_cast<unsigned>(a.n_tokens));
-  attention_kernel<DPL><<<grid, 32 * k_dec_warps, 0, stream()>>>(a);
+  launch_kernel(attention_kernel<DPL>, grid, dim3(32 * k_dec_warps), 0, a);
 }
 
 template <int DPL>

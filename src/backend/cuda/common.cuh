@@ -7,6 +7,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <utility>
 
 #include "base/error.h"
 #include "base/tensor.h"
@@ -29,6 +30,43 @@ namespace ft::cuda {
 // The stream this thread's ops launch on (stream.cu): the legacy default stream unless a
 // StreamScope (cuda_ops.h) names another.
 cudaStream_t stream();
+
+// Programmatic dependent launch (PDL). A kernel launched through launch_kernel() may start while
+// the previous kernel on the stream still runs: before pdl_wait() it may only read immutable data
+// (weights); pdl_wait() returns once the previous grid has completed and flushed its memory.
+// Every such kernel calls pdl_wait() in every thread before touching activations, caches or
+// outputs (so completion stays transitive along the stream), then pdl_trigger() to let the
+// next kernel's blocks launch. Both are no-ops for a plain launch.
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// True when launches on the current stream may use PDL: a non-default stream, a device of
+// compute capability >= 9, and FT_CUDA_PDL not "0" (stream.cu).
+bool pdl_enabled();
+
+// kernel<<<grid, block, smem, stream()>>>(args...) with PDL when pdl_enabled(); checks the launch.
+template <typename... KArgs, typename... Args>
+void launch_kernel(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, Args&&... args) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream();
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = pdl_enabled() ? 1 : 0;
+  CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
+}
 
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
@@ -135,6 +173,42 @@ __device__ __forceinline__ uint4 ldg_stream(const void* p) {
 // are short, so one warp must keep several 16-byte loads in flight to reach HBM bandwidth).
 constexpr int k_dot_batch = 8;
 
+// One lane's batch of weight vectors of a row: raw[b] = w[i0 + b*32*V ..] for those < cols.
+template <typename W>
+__device__ __forceinline__ void dot_load(const W* __restrict__ w, int64_t cols, int64_t i0,
+                                         uint4 (&raw)[k_dot_batch]) {
+  constexpr int V = k_vec<W>;
+#pragma unroll
+  for (int b = 0; b < k_dot_batch; ++b) {
+    const int64_t i = i0 + int64_t{b} * 32 * V;
+    if (i < cols) raw[b] = ldg_stream(w + i);
+  }
+}
+
+// acc[t] += the batch loaded by dot_load at i0, dotted with x + t*ldx.
+template <typename W, int NT>
+__device__ __forceinline__ void dot_use(const float* __restrict__ x, int64_t ldx, int64_t cols,
+                                        int64_t i0, const uint4 (&raw)[k_dot_batch],
+                                        float (&acc)[NT]) {
+  constexpr int V = k_vec<W>;
+#pragma unroll
+  for (int b = 0; b < k_dot_batch; ++b) {
+    const int64_t i = i0 + int64_t{b} * 32 * V;
+    if (i >= cols) break;
+    float wv[V];
+    unpack_vec(raw[b], wv, static_cast<const W*>(nullptr));
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+      const float* xt = x + t * ldx + i;
+#pragma unroll
+      for (int j = 0; j < V; j += 4) {
+        const float4 xv = *reinterpret_cast<const float4*>(xt + j);
+        acc[t] += xv.x * wv[j] + xv.y * wv[j + 1] + xv.z * wv[j + 2] + xv.w * wv[j + 3];
+      }
+    }
+  }
+}
+
 // acc[t] += dot(x + t*ldx, w) over cols for NT activation rows, partial per lane (the caller
 // reduces with warp_sum). VEC: cols is a multiple of k_vec<W> and rows are 16-byte aligned.
 template <typename W, bool VEC, int NT>
@@ -146,27 +220,8 @@ __device__ __forceinline__ void warp_dot_partial(const float* __restrict__ x, in
     constexpr int V = k_vec<W>, B = k_dot_batch;
     for (int64_t i0 = int64_t{lane} * V; i0 < cols; i0 += 32 * V * B) {
       uint4 raw[B];
-#pragma unroll
-      for (int b = 0; b < B; ++b) {
-        const int64_t i = i0 + int64_t{b} * 32 * V;
-        if (i < cols) raw[b] = ldg_stream(w + i);
-      }
-#pragma unroll
-      for (int b = 0; b < B; ++b) {
-        const int64_t i = i0 + int64_t{b} * 32 * V;
-        if (i >= cols) break;
-        float wv[V];
-        unpack_vec(raw[b], wv, w);
-#pragma unroll
-        for (int t = 0; t < NT; ++t) {
-          const float* xt = x + t * ldx + i;
-#pragma unroll
-          for (int j = 0; j < V; j += 4) {
-            const float4 xv = *reinterpret_cast<const float4*>(xt + j);
-            acc[t] += xv.x * wv[j] + xv.y * wv[j + 1] + xv.z * wv[j + 2] + xv.w * wv[j + 3];
-          }
-        }
-      }
+      dot_load(w, cols, i0, raw);
+      dot_use<W, NT>(x, ldx, cols, i0, raw, acc);
     }
   } else {
     for (int64_t i = lane; i < cols; i += 32) {
@@ -177,36 +232,85 @@ __device__ __forceinline__ void warp_dot_partial(const float* __restrict__ x, in
   }
 }
 
+// warp_dot_partial (VEC layout) whose first batch, pre, was loaded by
+// dot_load(w, cols, lane * V, pre) beforehand (e.g. before pdl_wait()).
+template <typename W, int NT>
+__device__ __forceinline__ void warp_dot_partial_pre(const float* __restrict__ x, int64_t ldx,
+                                                     const W* __restrict__ w, int64_t cols,
+                                                     const uint4 (&pre)[k_dot_batch],
+                                                     float (&acc)[NT]) {
+  constexpr int V = k_vec<W>, B = k_dot_batch;
+  const int64_t first = int64_t{threadIdx.x & 31} * V;
+  if (first < cols) dot_use<W, NT>(x, ldx, cols, first, pre, acc);
+  for (int64_t i0 = first + 32 * V * B; i0 < cols; i0 += 32 * V * B) {
+    uint4 raw[B];
+    dot_load(w, cols, i0, raw);
+    dot_use<W, NT>(x, ldx, cols, i0, raw, acc);
+  }
+}
+
+// One lane's batch of R rows' weight vectors (16 / R per row) at i0, i0 + 32V, ...; a null
+// w[r] is skipped.
+template <typename W, int R>
+__device__ __forceinline__ void rows_load(const W* const (&w)[R], int64_t cols, int64_t i0,
+                                          uint4 (&raw)[R][16 / R]) {
+  constexpr int V = k_vec<W>, B = 16 / R;
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int b = 0; b < B; ++b) {
+      const int64_t i = i0 + int64_t{b} * 32 * V;
+      if (w[r] && i < cols) raw[r][b] = ldg_stream(w[r] + i);
+    }
+}
+
+// acc[r] += the batch loaded by rows_load at i0, dotted with x[r].
+template <typename W, int R>
+__device__ __forceinline__ void rows_use(const float* const (&x)[R], const W* const (&w)[R],
+                                         int64_t cols, int64_t i0, const uint4 (&raw)[R][16 / R],
+                                         float (&acc)[R]) {
+  constexpr int V = k_vec<W>, B = 16 / R;
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int b = 0; b < B; ++b) {
+      const int64_t i = i0 + int64_t{b} * 32 * V;
+      if (!w[r] || i >= cols) continue;
+      float wv[V];
+      unpack_vec(raw[r][b], wv, w[r]);
+#pragma unroll
+      for (int j = 0; j < V; j += 4) {
+        const float4 xv = *reinterpret_cast<const float4*>(x[r] + i + j);
+        acc[r] += xv.x * wv[j] + xv.y * wv[j + 1] + xv.z * wv[j + 2] + xv.w * wv[j + 3];
+      }
+    }
+}
+
 // acc[r] += dot(x[r], w[r]) over cols for R (x, w) row pairs at once (partial per lane), with
 // 16 / R vectors of every row loaded before use; a null w[r] is skipped. VEC layout only.
+// pre: the first batch, loaded by rows_load(w, cols, lane * V, pre) beforehand.
+template <typename W, int R>
+__device__ __forceinline__ void warp_dot_rows_pre(const float* const (&x)[R],
+                                                  const W* const (&w)[R], int64_t cols,
+                                                  const uint4 (&pre)[R][16 / R], float (&acc)[R]) {
+  constexpr int V = k_vec<W>, B = 16 / R;
+  const int64_t first = int64_t{threadIdx.x & 31} * V;
+  if (first < cols) rows_use<W, R>(x, w, cols, first, pre, acc);
+  for (int64_t i0 = first + 32 * V * B; i0 < cols; i0 += 32 * V * B) {
+    uint4 raw[R][B];
+    rows_load<W, R>(w, cols, i0, raw);
+    rows_use<W, R>(x, w, cols, i0, raw, acc);
+  }
+}
+
 template <typename W, int R>
 __device__ __forceinline__ void warp_dot_rows(const float* const (&x)[R], const W* const (&w)[R],
                                               int64_t cols, float (&acc)[R]) {
   constexpr int V = k_vec<W>, B = 16 / R;
-  const int lane = threadIdx.x & 31;
-  for (int64_t i0 = int64_t{lane} * V; i0 < cols; i0 += 32 * V * B) {
+  for (int64_t i0 = int64_t{threadIdx.x & 31} * V; i0 < cols; i0 += 32 * V * B) {
     uint4 raw[R][B];
-#pragma unroll
-    for (int r = 0; r < R; ++r)
-#pragma unroll
-      for (int b = 0; b < B; ++b) {
-        const int64_t i = i0 + int64_t{b} * 32 * V;
-        if (w[r] && i < cols) raw[r][b] = ldg_stream(w[r] + i);
-      }
-#pragma unroll
-    for (int r = 0; r < R; ++r)
-#pragma unroll
-      for (int b = 0; b < B; ++b) {
-        const int64_t i = i0 + int64_t{b} * 32 * V;
-        if (!w[r] || i >= cols) continue;
-        float wv[V];
-        unpack_vec(raw[r][b], wv, w[r]);
-#pragma unroll
-        for (int j = 0; j < V; j += 4) {
-          const float4 xv = *reinterpret_cast<const float4*>(x[r] + i + j);
-          acc[r] += xv.x * wv[j] + xv.y * wv[j + 1] + xv.z * wv[j + 2] + xv.w * wv[j + 3];
-        }
-      }
+    rows_load<W, R>(w, cols, i0, raw);
+    rows_use<W, R>(x, w, cols, i0, raw, acc);
   }
 }
 

@@ -284,8 +284,18 @@ struct GemvNorm {
   float eps;
   float* x_out = nullptr;
 };
+// With route (one matrix: the MoE router): the last block to finish also runs
+// route_topk_softmax on y, saving a launch. counter: a device uint32 that is zero before the
+// call and is left zero.
+struct GemvRoute {
+  int64_t top_k;
+  bool renormalize;
+  int32_t* ids;
+  float* weights;
+  uint32_t* counter;
+};
 void gemv_multi(const float* x, int64_t n, const GemvOut* outs, int count,
-                const GemvNorm* norm = nullptr);
+                const GemvNorm* norm = nullptr, const GemvRoute* route = nullptr);
 
 // ---- MoE (route.cu, moe.cu)
 

@@ -15,6 +15,8 @@ constexpr int k_unroll = 4;
 // U: the copy unit (uint4 when every matrix is a multiple of 16 bytes, else a byte).
 template <typename U>
 __global__ void __launch_bounds__(k_threads) fetch_kernel(const __grid_constant__ FetchArgs a) {
+  pdl_wait();
+  pdl_trigger();
   const int64_t per = static_cast<int64_t>(a.matrix_bytes / sizeof(U));  // units per matrix
   const int64_t total = int64_t{*a.n_fetch} * 3 * per;
   const int64_t stride = int64_t{gridDim.x} * blockDim.x;
@@ -63,10 +65,9 @@ void fetch_experts(const FetchArgs& a) {
                         static_cast<const void*>(a.up_dst), static_cast<const void*>(a.down_dst)})
     FT_CHECK(!vec || reinterpret_cast<uintptr_t>(p) % 16 == 0, "fetch_experts: unaligned stack");
   if (vec)
-    fetch_kernel<uint4><<<grid, k_threads, 0, stream()>>>(a);
+    launch_kernel(fetch_kernel<uint4>, dim3(grid), dim3(k_threads), 0, a);
   else
-    fetch_kernel<unsigned char><<<grid, k_threads, 0, stream()>>>(a);
-  CUDA_CHECK_LAUNCH();
+    launch_kernel(fetch_kernel<unsigned char>, dim3(grid), dim3(k_threads), 0, a);
 }
 
 }  // namespace ft::cuda

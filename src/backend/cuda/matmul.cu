@@ -8,6 +8,7 @@
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/route.cuh"
 
 #define CUBLAS_CHECK(expr)                                                            \
   do {                                                                                \
@@ -40,15 +41,33 @@ struct GemvParams {
   float eps;
   float* x_out;  // normalised x (written by block 0) or nullptr
   bool stage;    // copy x into shared memory first (norm implies it)
+  // Fused routing (count == 1): the last block routes y's rows (see GemvRoute).
+  uint32_t* route_counter;
+  int32_t* route_ids;
+  float* route_w;
+  int route_k;
+  bool route_renorm;
 };
 
 // Largest shared-memory staging of normalised x (NT rows of cols floats).
 constexpr int64_t k_gemv_norm_smem = 48 * 1024;
 
-template <typename W, bool VEC, int NT>
+// ROUTE: p.route_counter is set (a separate instantiation: the tail costs registers).
+template <typename W, bool VEC, int NT, bool ROUTE>
 __global__ void __launch_bounds__(32 * k_gemv_rows)
     gemv_kernel(const __grid_constant__ GemvParams p) {
   extern __shared__ float4 xs_raw[];
+  int m = 0;
+  while (m + 1 < p.count && blockIdx.x >= p.block0[m + 1]) ++m;
+  const int64_t rows = p.rows[m];
+  const int64_t row = (blockIdx.x - p.block0[m]) * int64_t{k_gemv_rows} + threadIdx.y;
+  const W* wrow = static_cast<const W*>(p.w[m]) + row * p.cols;
+  // The row's first weight vectors (immutable) are in flight before the previous kernel ends.
+  uint4 pre[k_dot_batch];
+  if constexpr (VEC)
+    if (row < rows) dot_load(wrow, p.cols, int64_t{threadIdx.x} * k_vec<W>, pre);
+  pdl_wait();
+  pdl_trigger();
   const float* x = p.x;
   if (p.norm) {  // the rmsnorm of x, as rmsnorm.cu computes it, staged for the block
     float* xs = reinterpret_cast<float*>(xs_raw);
@@ -90,23 +109,36 @@ __global__ void __launch_bounds__(32 * k_gemv_rows)
     __syncthreads();
     x = xs;
   }
-  int m = 0;
-  while (m + 1 < p.count && blockIdx.x >= p.block0[m + 1]) ++m;
-  const int64_t rows = p.rows[m];
-  const int64_t row = (blockIdx.x - p.block0[m]) * int64_t{k_gemv_rows} + threadIdx.y;
-  if (row >= rows) return;
-  float acc[NT] = {};
-  warp_dot_partial<W, VEC, NT>(x, p.cols, static_cast<const W*>(p.w[m]) + row * p.cols, p.cols,
-                               acc);
-  const float b = p.bias[m] ? p.bias[m][row] : 0.f;
+  if (row < rows) {
+    float acc[NT] = {};
+    if constexpr (VEC)
+      warp_dot_partial_pre<W, NT>(x, p.cols, wrow, p.cols, pre, acc);
+    else
+      warp_dot_partial<W, VEC, NT>(x, p.cols, wrow, p.cols, acc);
+    const float b = p.bias[m] ? p.bias[m][row] : 0.f;
 #pragma unroll
-  for (int t = 0; t < NT; ++t) {
-    const float s = warp_sum(acc[t]);
-    if (threadIdx.x == 0) {
-      float* y = p.y[m] + t * rows + row;
-      const float v = p.bias[m] ? s + b : s;
-      *y = p.accumulate[m] ? *y + v : v;
+    for (int t = 0; t < NT; ++t) {
+      const float s = warp_sum(acc[t]);
+      if (threadIdx.x == 0) {
+        float* y = p.y[m] + t * rows + row;
+        const float v = p.bias[m] ? s + b : s;
+        *y = p.accumulate[m] ? *y + v : v;
+      }
     }
+  }
+  if constexpr (ROUTE) {  // the last block to finish routes every token (threadFenceReduction)
+    __shared__ bool last;
+    __threadfence();  // this block's logits are visible device-wide before it is counted
+    __syncthreads();
+    if (threadIdx.x == 0 && threadIdx.y == 0)
+      last = atomicAdd(p.route_counter, 1u) == gridDim.x - 1;
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    for (int t = threadIdx.y; t < NT; t += k_gemv_rows)
+      route_token(p.y[0] + t * rows, static_cast<int>(rows), p.route_k, p.route_renorm,
+                  p.route_ids + t * p.route_k, p.route_w + t * p.route_k);
+    if (threadIdx.x == 0 && threadIdx.y == 0) *p.route_counter = 0;  // ready for the next call
   }
 }
 
@@ -134,23 +166,23 @@ unsigned grid_for(int64_t count) {
 }
 
 // ---- launchers
-template <typename W, bool VEC>
+template <typename W, bool VEC, bool ROUTE>
 void launch_gemv(const GemvParams& p, int64_t nt) {
   const dim3 block(32, k_gemv_rows);
   const auto grid = static_cast<unsigned>(p.block0[p.count]);
   const size_t smem = p.norm || p.stage ? nt * p.cols * sizeof(float) : 0;
   switch (nt) {
     case 1:
-      gemv_kernel<W, VEC, 1><<<grid, block, smem, stream()>>>(p);
+      launch_kernel(gemv_kernel<W, VEC, 1, ROUTE>, grid, block, smem, p);
       break;
     case 2:
-      gemv_kernel<W, VEC, 2><<<grid, block, smem, stream()>>>(p);
+      launch_kernel(gemv_kernel<W, VEC, 2, ROUTE>, grid, block, smem, p);
       break;
     case 3:
-      gemv_kernel<W, VEC, 3><<<grid, block, smem, stream()>>>(p);
+      launch_kernel(gemv_kernel<W, VEC, 3, ROUTE>, grid, block, smem, p);
       break;
     default:
-      gemv_kernel<W, VEC, 4><<<grid, block, smem, stream()>>>(p);
+      launch_kernel(gemv_kernel<W, VEC, 4, ROUTE>, grid, block, smem, p);
       break;
   }
   CUDA_CHECK_LAUNCH();
@@ -218,9 +250,14 @@ Blas::~Blas() {
   if (handle_) cublasDestroy(static_cast<cublasHandle_t>(handle_));
 }
 
-void gemv_multi(const float* x, int64_t n, const GemvOut* outs, int count, const GemvNorm* norm) {
+void gemv_multi(const float* x, int64_t n, const GemvOut* outs, int count, const GemvNorm* norm,
+                const GemvRoute* route) {
   FT_CHECK(count >= 1 && count <= k_gemv_multi && n >= 0 && n <= k_gemv_max_tokens,
            "gemv_multi: {} matrices, {} tokens", count, n);
+  FT_CHECK(!route || (count == 1 && route->counter && route->ids && route->weights &&
+                      outs[0].w.rows <= 32 * k_route_max_per_lane && route->top_k > 0 &&
+                      route->top_k <= 32 && route->top_k <= outs[0].w.rows && !outs[0].accumulate),
+           "gemv_multi: routing {} rows, top-{}", outs[0].w.rows, route ? route->top_k : 0);
   if (n == 0) return;
   const DType dt = outs[0].w.dtype;
   const int64_t cols = outs[0].w.cols;
@@ -228,10 +265,14 @@ void gemv_multi(const float* x, int64_t n, const GemvOut* outs, int count, const
     // Too wide to stage: a separate rmsnorm into x_out, then the plain GEMVs.
     FT_CHECK(norm->x_out, "gemv_multi: rows of {} need x_out for the norm", cols);
     rmsnorm(x, n, cols, norm->w, norm->eps, norm->x_out);
-    return gemv_multi(norm->x_out, n, outs, count, nullptr);
+    return gemv_multi(norm->x_out, n, outs, count, nullptr, route);
   }
   GemvParams p{.x = x, .cols = cols, .count = count};
   if (norm) p.norm = norm->w, p.eps = norm->eps, p.x_out = norm->x_out;
+  if (route) {
+    p.route_counter = route->counter, p.route_ids = route->ids, p.route_w = route->weights;
+    p.route_k = static_cast<int>(route->top_k), p.route_renorm = route->renormalize;
+  }
   p.block0[0] = 0;
   for (int m = 0; m < count; ++m) {
     const GemvOut& o = outs[m];
@@ -246,10 +287,14 @@ void gemv_multi(const float* x, int64_t n, const GemvOut* outs, int count, const
     bool vec = norm || reinterpret_cast<uintptr_t>(x) % 16 == 0;
     for (int m = 0; m < count; ++m) vec = vec && vec_ok<W>(outs[m].w.data, p.cols);
     p.stage = vec && !norm && n * p.cols * static_cast<int64_t>(sizeof(float)) <= k_gemv_norm_smem;
-    if (vec)
-      launch_gemv<W, true>(p, n);
+    if (vec && route)
+      launch_gemv<W, true, true>(p, n);
+    else if (vec)
+      launch_gemv<W, true, false>(p, n);
+    else if (route)
+      launch_gemv<W, false, true>(p, n);
     else
-      launch_gemv<W, false>(p, n);
+      launch_gemv<W, false, false>(p, n);
   });
 }
 

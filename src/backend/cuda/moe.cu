@@ -23,9 +23,17 @@ __global__ void gate_up_kernel(const float* __restrict__ x, const int32_t* __res
                                int64_t hidden, int64_t inter, bool stage,
                                float* __restrict__ act) {
   extern __shared__ float4 gu_smem[];
+  pdl_wait();
+  pdl_trigger();
   const int64_t r = blockIdx.x * int64_t{k_rows} + threadIdx.y, s = blockIdx.y;
   const int64_t e = ids[s];
   if (e < 0) return;  // computed elsewhere (uniform over the block)
+  const int64_t off = (e * inter + r) * hidden;
+  const W* ws[2] = {gate + off, up + off};
+  // VEC: the rows' first weight vectors are in flight while the activations are staged.
+  uint4 pre[2][8];
+  if constexpr (VEC)
+    if (r < inter) rows_load<W, 2>(ws, hidden, int64_t{threadIdx.x} * k_vec<W>, pre);
   const float* xt = x + (s / top_k) * hidden;
   if (stage) {  // the token's activations once per block, in shared memory
     float* xs = reinterpret_cast<float*>(gu_smem);
@@ -34,18 +42,16 @@ __global__ void gate_up_kernel(const float* __restrict__ x, const int32_t* __res
     xt = xs;
   }
   if (r >= inter) return;
-  const int64_t off = (e * inter + r) * hidden;
   float gs, us;
   if constexpr (VEC) {  // gate and up rows loaded together
     const float* xs[2] = {xt, xt};
-    const W* ws[2] = {gate + off, up + off};
     float acc[2] = {0.f, 0.f};
-    warp_dot_rows<W, 2>(xs, ws, hidden, acc);
+    warp_dot_rows_pre<W, 2>(xs, ws, hidden, pre, acc);
     gs = warp_sum(acc[0]), us = warp_sum(acc[1]);
   } else {
     float g[1] = {0.f}, u[1] = {0.f};
-    warp_dot_partial<W, VEC, 1>(xt, hidden, gate + off, hidden, g);
-    warp_dot_partial<W, VEC, 1>(xt, hidden, up + off, hidden, u);
+    warp_dot_partial<W, VEC, 1>(xt, hidden, ws[0], hidden, g);
+    warp_dot_partial<W, VEC, 1>(xt, hidden, ws[1], hidden, u);
     gs = warp_sum(g[0]), us = warp_sum(u[0]);
   }
   if (threadIdx.x == 0) act[s * inter + r] = silu(gs) * us;
@@ -59,6 +65,8 @@ __global__ void down_combine_kernel(const float* __restrict__ act, const int32_t
                                     const W* __restrict__ down, int64_t hidden, int64_t inter,
                                     bool accumulate, bool stage, float* __restrict__ out) {
   extern __shared__ float4 dc_smem[];
+  pdl_wait();
+  pdl_trigger();
   const int64_t r = blockIdx.x * int64_t{k_rows} + threadIdx.y, t = blockIdx.y;
   const float* at = act + t * top_k * inter;  // the token's top_k activation rows
   if (stage) {  // once per block, in shared memory
@@ -168,21 +176,19 @@ void decode(const DeviceExperts& e, const MoeArgs& a, MoeWorkspace& ws) {
     const bool st_gu = vec_gu && H * sizeof(float) <= k_stage_smem;
     const size_t sm_gu = st_gu ? H * sizeof(float) : 0;
     if (vec_gu)
-      gate_up_kernel<W, true>
-          <<<grid_gu, block, sm_gu, stream()>>>(a.x, a.ids, k, g, u, H, I, st_gu, act);
+      launch_kernel(gate_up_kernel<W, true>, grid_gu, block, sm_gu, a.x, a.ids, k, g, u, H, I,
+                    st_gu, act);
     else
-      gate_up_kernel<W, false>
-          <<<grid_gu, block, 0, stream()>>>(a.x, a.ids, k, g, u, H, I, false, act);
-    CUDA_CHECK_LAUNCH();
+      launch_kernel(gate_up_kernel<W, false>, grid_gu, block, 0, a.x, a.ids, k, g, u, H, I, false,
+                    act);
     const bool st_d = vec_d && a.top_k * I * sizeof(float) <= k_stage_smem;
     const size_t sm_d = st_d ? a.top_k * I * sizeof(float) : 0;
     if (vec_d)
-      down_combine_kernel<W, true><<<grid_d, block, sm_d, stream()>>>(
-          act, a.ids, a.weights, k, dn, H, I, a.accumulate, st_d, a.out);
+      launch_kernel(down_combine_kernel<W, true>, grid_d, block, sm_d, act, a.ids, a.weights, k,
+                    dn, H, I, a.accumulate, st_d, a.out);
     else
-      down_combine_kernel<W, false><<<grid_d, block, 0, stream()>>>(
-          act, a.ids, a.weights, k, dn, H, I, a.accumulate, false, a.out);
-    CUDA_CHECK_LAUNCH();
+      launch_kernel(down_combine_kernel<W, false>, grid_d, block, 0, act, a.ids, a.weights, k, dn,
+                    H, I, a.accumulate, false, a.out);
   });
 }
 

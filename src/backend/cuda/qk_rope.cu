@@ -14,6 +14,8 @@ constexpr int k_max_head = 256;
 // Units per token: n_heads q heads, then n_kv_heads k heads, then n_kv_heads v heads.
 __global__ void __launch_bounds__(32 * k_warps) qk_rope_kernel(const __grid_constant__ QkRopeArgs a) {
   __shared__ float buf[k_warps][k_max_head];
+  pdl_wait();
+  pdl_trigger();
   const int64_t t = blockIdx.y;
   const int64_t unit = blockIdx.x * int64_t{k_warps} + threadIdx.y;
   const int64_t units = a.n_heads + 2 * a.n_kv_heads;
@@ -71,8 +73,7 @@ void qk_rope_store(const QkRopeArgs& a) {
   const int64_t units = a.n_heads + 2 * a.n_kv_heads;
   const dim3 grid(static_cast<unsigned>((units + k_warps - 1) / k_warps),
                   static_cast<unsigned>(a.n));
-  qk_rope_kernel<<<grid, dim3(32, k_warps), 0, stream()>>>(a);
-  CUDA_CHECK_LAUNCH();
+  launch_kernel(qk_rope_kernel, grid, dim3(32, k_warps), 0, a);
 }
 
 }  // namespace ft::cuda

@@ -9,6 +9,8 @@ namespace {
 // ---- kernels
 __global__ void rmsnorm_block_kernel(const float* x, int64_t dim, const float* __restrict__ w,
                                      float eps, float* y) {
+  pdl_wait();
+  pdl_trigger();
   const float* row = x + blockIdx.x * dim;
   float* out = y + blockIdx.x * dim;
   float ss = 0.f;
@@ -21,6 +23,8 @@ constexpr int k_rows_per_block = 8;
 
 __global__ void rmsnorm_warp_kernel(const float* x, int64_t n, int64_t dim,
                                     const float* __restrict__ w, float eps, float* y) {
+  pdl_wait();
+  pdl_trigger();
   const int64_t r = blockIdx.x * int64_t{k_rows_per_block} + threadIdx.y;
   if (r >= n) return;
   const float* row = x + r * dim;
@@ -39,11 +43,11 @@ void rmsnorm(const float* x, int64_t n, int64_t dim, const float* w, float eps, 
   if (dim <= 1024) {
     const dim3 block(32, k_rows_per_block);
     const auto blocks = static_cast<unsigned>((n + k_rows_per_block - 1) / k_rows_per_block);
-    rmsnorm_warp_kernel<<<blocks, block, 0, stream()>>>(x, n, dim, w, eps, y);
+    launch_kernel(rmsnorm_warp_kernel, dim3(blocks), block, 0, x, n, dim, w, eps, y);
   } else {
-    rmsnorm_block_kernel<<<static_cast<unsigned>(n), 256, 0, stream()>>>(x, dim, w, eps, y);
+    launch_kernel(rmsnorm_block_kernel, dim3(static_cast<unsigned>(n)), dim3(256), 0, x, dim, w,
+                  eps, y);
   }
-  CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace ft::cuda

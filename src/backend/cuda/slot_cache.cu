@@ -26,6 +26,8 @@ __global__ void __launch_bounds__(k_threads) ensure_kernel(const __grid_constant
   __shared__ long long rec[k_max_ids];
   __shared__ int n_active, n_miss;
   __shared__ unsigned long long partial[k_threads / 32];
+  pdl_wait();
+  pdl_trigger();
   const SlotCacheState& s = a.s;
   const int64_t base = a.layer * s.n_experts;
   const int tid = threadIdx.x;
@@ -128,8 +130,7 @@ void slot_cache_ensure(const SlotEnsureArgs& a) {
                a.s.slots < (1 << 24) && a.ids && a.slot_ids && a.fetch && a.fetch_slot &&
                a.n_fetch,
            "slot_cache_ensure: {} ids, {} slots", a.count, a.s.slots);
-  ensure_kernel<<<1, k_threads, 0, stream()>>>(a);
-  CUDA_CHECK_LAUNCH();
+  launch_kernel(ensure_kernel, dim3(1), dim3(k_threads), 0, a);
 }
 
 void slot_cache_reset(const SlotCacheState& s, int64_t n_ids) {

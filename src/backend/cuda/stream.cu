@@ -1,5 +1,7 @@
 // Streams, events, graph capture and page-locked host memory: the current-stream plumbing every
 // op launches through, the expert offload copies, and the captured decode step.
+#include <cstdlib>
+#include <string_view>
 #include <utility>
 
 #include "backend/cuda/common.cuh"
@@ -13,6 +15,19 @@ thread_local cudaStream_t t_stream = nullptr;  // nullptr: the legacy default st
 }  // namespace
 
 cudaStream_t stream() { return t_stream; }
+
+bool pdl_enabled() {
+  static const bool supported = [] {
+    const char* env = std::getenv("FT_CUDA_PDL");
+    if (env && std::string_view(env) == "0") return false;
+    int dev = 0, major = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) return false;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess)
+      return false;
+    return major >= 9;
+  }();
+  return supported && t_stream != nullptr;
+}
 
 Stream::Stream() {
   cudaStream_t s;

@@ -1,0 +1,67 @@
+// route_token: softmax + top-k (+ renormalisation) of one token's router logits by one warp,
+// shared by route.cu's kernel and the router GEMV's fused tail (matmul.cu). Expert e lives in
+// lane e % 32, register slot e / 32; top-k is k rounds of a warp argmax.
+#pragma once
+#include "backend/cuda/common.cuh"
+
+namespace ft::cuda {
+
+constexpr int k_route_max_per_lane = 16;  // n_experts <= 512
+
+// ids[0..top_k) / weights[0..top_k) of logits l[0..n_experts), called by all 32 lanes of a warp.
+__device__ __forceinline__ void route_token(const float* l, int n_experts, int top_k,
+                                            bool renormalize, int32_t* ids, float* weights) {
+  constexpr int k_max_per_lane = k_route_max_per_lane;
+  const int lane = threadIdx.x & 31;
+  float p[k_max_per_lane];
+  float mx = -INFINITY;
+#pragma unroll
+  for (int j = 0; j < k_max_per_lane; ++j) {
+    const int e = lane + 32 * j;
+    p[j] = e < n_experts ? __ldcg(l + e) : -INFINITY;  // L2: may come from other blocks
+    mx = fmaxf(mx, p[j]);
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+  float sum = 0.f;
+#pragma unroll
+  for (int j = 0; j < k_max_per_lane; ++j) {
+    const int e = lane + 32 * j;
+    p[j] = e < n_experts ? expf(p[j] - mx) : -1.f;  // -1: not an expert / already taken
+    if (e < n_experts) sum += p[j];
+  }
+  sum = warp_sum(sum);
+#pragma unroll
+  for (int j = 0; j < k_max_per_lane; ++j)
+    if (p[j] >= 0.f) p[j] /= sum;  // a division, as the CPU does: same ranking of near-ties
+  for (int k = 0; k < top_k; ++k) {
+    // This lane's best (first index wins ties: j ascending means e ascending).
+    float bv = -1.f;
+    int bi = 0x7fffffff;
+#pragma unroll
+    for (int j = 0; j < k_max_per_lane; ++j)
+      if (p[j] > bv) bv = p[j], bi = lane + 32 * j;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+      const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+      if (ov > bv || (ov == bv && oi < bi)) bv = ov, bi = oi;
+    }
+    if ((bi & 31) == lane) {
+#pragma unroll
+      for (int j = 0; j < k_max_per_lane; ++j)
+        if (j == (bi >> 5)) p[j] = -1.f;
+    }
+    if (lane == 0) {
+      ids[k] = bi;
+      weights[k] = bv;
+    }
+  }
+  if (renormalize && lane == 0) {  // same order as the CPU: s = sum in top-k order
+    float s = 0.f;
+    for (int k = 0; k < top_k; ++k) s += weights[k];
+    for (int k = 0; k < top_k; ++k) weights[k] /= s;
+  }
+}
+
+}  // namespace ft::cuda
