@@ -12,7 +12,7 @@ KvPagePool::KvPagePool(int64_t n_pages, int64_t page_tokens, int64_t n_layers, i
       page_floats_(2 * n_layers * page_tokens * kv_dim),
       refs_(n_pages, 0) {
   FT_CHECK(n_pages >= 0 && page_tokens > 0 && n_layers >= 0 && kv_dim > 0);
-  data_.resize(n_pages * page_floats_);
+  data_.reset(new float[n_pages * page_floats_]);
   free_.reserve(n_pages);
   for (int64_t p = n_pages - 1; p >= 0; --p) free_.push_back(static_cast<int32_t>(p));
 }
@@ -38,7 +38,7 @@ void KvPagePool::unref(int32_t page) {
 
 float* KvPagePool::at(int32_t page, int kv, int64_t layer) const {
   FT_CHECK(page >= 0 && page < n_pages() && layer >= 0 && layer < n_layers_);
-  return data_.data() + page * page_floats_ + (kv * n_layers_ + layer) * page_tokens_ * kv_dim_;
+  return data_.get() + page * page_floats_ + (kv * n_layers_ + layer) * page_tokens_ * kv_dim_;
 }
 
 }  // namespace ft

@@ -3,6 +3,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 namespace ft {
@@ -31,7 +32,7 @@ class KvPagePool {
   int64_t n_used() const { return n_pages() - n_free(); }
   int64_t page_tokens() const { return page_tokens_; }
   int64_t page_floats() const { return page_floats_; }
-  size_t bytes() const { return data_.size() * sizeof(float); }
+  size_t bytes() const { return n_pages() * page_floats_ * sizeof(float); }
 
  private:
   float* at(int32_t page, int kv, int64_t layer) const;
@@ -39,7 +40,8 @@ class KvPagePool {
   int64_t page_tokens_, n_layers_, kv_dim_, page_floats_;
   std::vector<int32_t> refs_;  // [n_pages]
   std::vector<int32_t> free_;  // stack of free page ids
-  mutable std::vector<float> data_;
+  // Left uninitialised: the OS commits a page's memory when it is first written.
+  std::unique_ptr<float[]> data_;
 };
 
 }  // namespace ft

@@ -125,6 +125,13 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--chunk", o->engine.chunk, "Tokens per engine step (prefill chunk size)")
       ->check(CLI::Range(8, 1 << 16))->capture_default_str();
   cmd->add_option("--threads", o->engine.threads, "CPU threads (0: one per core)");
+  cmd->add_option("--prefix-cache-tokens", o->engine.prefix_cache_tokens,
+                  "KV tokens kept for prefix reuse across requests, CPU engine (-1: one "
+                  "context, 0: off)")
+      ->check(CLI::Range(int64_t(-1), int64_t(1) << 26))->capture_default_str();
+  cmd->add_option("--prefix-anchor-every", o->engine.anchor_every,
+                  "Recurrent-state checkpoint interval of long prefills, in tokens (0: none)")
+      ->check(CLI::Range(int64_t(0), int64_t(1) << 26))->capture_default_str();
   cmd->add_option("--stats-log-interval", o->engine.stats_log_s,
                   "Seconds between stats log lines (0: never)")
       ->check(CLI::NonNegativeNumber)->capture_default_str();

@@ -25,6 +25,8 @@ class CpuRunner : public Runner {
     kv_[seq] = std::make_unique<KVCache>(model_.config(), capacity_);
   }
   void close(int seq) override { kv_.at(seq).reset(); }
+  bool host_caches() const override { return true; }
+  KVCache* host_kv(int seq) override { return kv_.at(seq).get(); }
 
   void forward_batch(std::span<const RunnerStep> steps) override {
     batch_.clear();

@@ -26,6 +26,10 @@ struct Engine::Slot {
   std::vector<int32_t> counts;  // generated-token counts (penalties); empty when unused
   Timer timer;
   double ttft = -1;
+  bool restored = false;          // the prefix cache was consulted
+  int64_t cached = 0;             // prompt tokens restored from the prefix cache
+  std::vector<int64_t> cuts;      // anchor positions still ahead in the prompt
+  size_t next_cut = 0;
 
   Slot(std::shared_ptr<Request> r, const Tokenizer& tok, const ModelConfig& c, Runner& run,
        int seq)
@@ -55,6 +59,17 @@ Engine::Engine(std::unique_ptr<Model> model, std::unique_ptr<Tokenizer> tok, Eng
       std::find(eos_ids_.begin(), eos_ids_.end(), tok_->eos_id()) == eos_ids_.end())
     eos_ids_.push_back(tok_->eos_id());
   stats_.weight_bytes = runner_->weight_bytes();
+  const int64_t prefix_tokens =
+      opt_.prefix_cache_tokens < 0 ? opt_.ctx_size : opt_.prefix_cache_tokens;
+  if (prefix_tokens > 0 && runner_->host_caches()) {
+    constexpr int64_t page = 16;
+    prefix_ = std::make_unique<PrefixCache>(
+        model_->config(), PrefixCacheOptions{.page_tokens = page,
+                                             .kv_pages = (prefix_tokens + page - 1) / page,
+                                             .snapshot_bytes = opt_.prefix_snapshot_bytes});
+    anchors_ = anchor_tokens(*tok_);
+    stats_.prefix = prefix_->stats();
+  }
   stats_.runner = runner_->stats();
   thread_ = std::thread([this] { loop(); });
 }
@@ -211,6 +226,7 @@ void Engine::loop() {
       stats_.running = static_cast<int64_t>(running.size());
       stats_.kv_bytes = runner_->kv_bytes();
       stats_.runner = runner_->stats();
+      if (prefix_) stats_.prefix = prefix_->stats();
     }
     log_stats();
   }
@@ -263,10 +279,35 @@ void Engine::log_stats() {
   logged_ = s;
 }
 
+void Engine::prefix_restore(Slot& s) {
+  s.restored = true;
+  KVCache* kv = runner_->host_kv(s.seq);
+  if (!prefix_ || !kv) return;
+  s.done = s.cached = prefix_->restore(s.tokens, *kv);
+  s.cuts = find_anchors(s.tokens, anchors_, opt_.anchor_every, s.done);
+  std::lock_guard lock(mu_);
+  stats_.cached_tokens_total += s.cached;
+}
+
+void Engine::prefix_save(Slot& s, bool at_end) {
+  KVCache* kv = runner_->host_kv(s.seq);
+  if (!prefix_ || !kv || s.done == 0) return;
+  if (!at_end) {
+    bool anchor = s.next_cut < s.cuts.size() && s.cuts[s.next_cut] == s.done;
+    if (anchor) ++s.next_cut;
+    if (s.done > s.prompt_len)  // decoding: after an `after` id (</think>, </tool_call>, ...)
+      anchor = std::find(anchors_.after.begin(), anchors_.after.end(), s.tokens[s.done - 1]) !=
+               anchors_.after.end();
+    if (!anchor) return;
+  }
+  prefix_->save(s.tokens, s.done, *kv, true);
+}
+
 void Engine::step(std::vector<std::unique_ptr<Slot>>& running) {
   auto finish = [&](Slot& s, FinishReason why, std::string stop = {},
                     std::optional<int32_t> stop_id = {}) {
-    Usage u{s.prompt_len, static_cast<int64_t>(s.tokens.size()) - s.prompt_len, 0};
+    prefix_save(s, true);
+    Usage u{s.prompt_len, static_cast<int64_t>(s.tokens.size()) - s.prompt_len, s.cached};
     emit_done(*s.req, why, u, std::move(stop), stop_id);
     std::lock_guard lock(mu_);
     ++stats_.requests_finished;
@@ -282,6 +323,8 @@ void Engine::step(std::vector<std::unique_ptr<Slot>>& running) {
     return false;
   }));
   if (running.empty()) return;
+  for (auto& s : running)
+    if (!s->restored) prefix_restore(*s);
   // Decodes first (one token each), then prefill chunks in the remaining budget.
   std::vector<RunnerStep> batch;
   std::vector<Slot*> members;
@@ -296,7 +339,8 @@ void Engine::step(std::vector<std::unique_ptr<Slot>>& running) {
   for (auto& s : running) {
     const int64_t left = static_cast<int64_t>(s->tokens.size()) - s->done;
     if (s->done >= s->prompt_len || budget <= 0) continue;
-    const int64_t n = std::min(left, budget);
+    int64_t n = std::min(left, budget);
+    if (s->next_cut < s->cuts.size()) n = std::min(n, s->cuts[s->next_cut] - s->done);
     const bool last = n == left;
     batch.push_back({s->seq, s->tokens.data() + s->done, n, s->done,
                      last ? s->logits.data() : nullptr});
@@ -320,6 +364,7 @@ void Engine::step(std::vector<std::unique_ptr<Slot>>& running) {
   for (size_t b = 0; b < batch.size(); ++b) {
     Slot& s = *members[b];
     s.done += batch[b].n;
+    prefix_save(s, false);
     if (!batch[b].logits) continue;  // mid-prompt chunk
     Request& r = *s.req;
     apply_penalties(r, s.tokens, s.counts, s.logits);

@@ -7,6 +7,8 @@
 #include <thread>
 #include <vector>
 
+#include "cache/prefix_cache.h"
+#include "engine/anchors.h"
 #include "engine/request.h"
 #include "engine/runner.h"
 #include "base/timer.h"
@@ -21,6 +23,11 @@ struct EngineOptions {
   int64_t chunk = 256;        // tokens per engine step (prefill chunks share it with decodes)
   int threads = 0;            // CPU threads (0: one per core)
   double stats_log_s = 60;    // seconds between periodic stats log lines (0: never)
+  // Prefix cache (CPU runner): KV tokens kept across requests (-1: one context, 0: off), the
+  // recurrent-state snapshot budget, and the checkpoint interval of long prefills.
+  int64_t prefix_cache_tokens = -1;
+  size_t prefix_snapshot_bytes = size_t(256) << 20;
+  int64_t anchor_every = 512;
 };
 
 // A request the engine refuses, with the HTTP status it maps to (400 never fits, 429 busy).
@@ -37,6 +44,8 @@ struct EngineStats {
   double prefill_tokens_per_s = 0;
   double uptime_s = 0;
   size_t kv_bytes = 0, weight_bytes = 0;
+  int64_t cached_tokens_total = 0;  // prompt tokens served from the prefix cache
+  PrefixCacheStats prefix;          // occupancy of the prefix cache (zeros when off)
   RunnerStats runner;  // backend, expert-cache counters, time split, memory plan
 };
 
@@ -75,6 +84,9 @@ class Engine {
   void loop();
   void step(std::vector<std::unique_ptr<Slot>>& running);
   void log_stats();
+  // Prefix cache: restore a new slot's prompt prefix; record the slot at an anchor or its end.
+  void prefix_restore(Slot& s);
+  void prefix_save(Slot& s, bool at_end);
   // Gives the runner slots of running[from..) back and drops those sequences.
   void release(std::vector<std::unique_ptr<Slot>>& running,
                std::vector<std::unique_ptr<Slot>>::iterator from);
@@ -84,6 +96,8 @@ class Engine {
   EngineOptions opt_;
   std::vector<int32_t> eos_ids_;
   std::unique_ptr<Runner> runner_;
+  std::unique_ptr<PrefixCache> prefix_;  // null when off (engine thread only)
+  AnchorTokens anchors_;
   std::vector<int> free_seqs_;  // runner slots not in use (engine thread only)
   Timer uptime_;
   double last_log_s_ = 0;

@@ -57,6 +57,11 @@ class Runner {
   virtual RunnerStats stats() const = 0;
   virtual size_t weight_bytes() const = 0;
   virtual size_t kv_bytes() const = 0;  // bytes of KV cache held now
+  // The host KVCache of open slot seq, for the prefix cache to copy prefixes in and out;
+  // nullptr where the cache lives on a device. host_caches(): whether it ever returns one (the
+  // engine's prefix cache is on only then).
+  virtual bool host_caches() const { return false; }
+  virtual KVCache* host_kv(int seq) { return nullptr; }
 };
 
 // The CPU runner: threads (0: one per core), max_chunk tokens per step, max_seqs slots whose

@@ -49,6 +49,20 @@ nlohmann::json stats_json(const Engine& e) {
             {"budget_bytes", s.runner.memory_budget},
             {"planned_bytes", s.runner.memory_planned}}},
           {"moe", moe_json(s.runner)},
+          {"prefix_cache",
+           {{"enabled", s.prefix.pages_total > 0},
+            {"cached_tokens_total", s.cached_tokens_total},
+            {"page_tokens", s.prefix.page_tokens},
+            {"pages_total", s.prefix.pages_total},
+            {"pages_used", s.prefix.pages_used},
+            {"tree_nodes", s.prefix.tree_nodes},
+            {"evicted_pages", s.prefix.evicted_pages},
+            {"kv_bytes", s.prefix.kv_bytes},
+            {"snapshots", s.prefix.snapshots},
+            {"snapshot_bytes", s.prefix.snapshot_bytes},
+            {"snapshot_budget_bytes", s.prefix.snapshot_budget},
+            {"snapshot_evictions", s.prefix.snapshot_evictions},
+            {"lookups", s.prefix.lookups}}},
           {"max_running_requests", e.options().max_running},
           {"ctx_size", e.options().ctx_size}};
 }
@@ -105,6 +119,11 @@ void register_control_routes(httplib::Server& http, ServerContext& ctx) {
            r.t_fetch);
     metric("step_cpu_seconds_total", "counter", "Step time waiting for CPU experts", r.t_cpu);
     metric("kv_bytes", "gauge", "KV cache bytes held", s.kv_bytes);
+    metric("prefix_cache_tokens_total", "counter", "Prompt tokens served from the prefix cache",
+           s.cached_tokens_total);
+    metric("prefix_cache_pages_used", "gauge", "Prefix cache KV pages in use", s.prefix.pages_used);
+    metric("prefix_cache_snapshot_bytes", "gauge", "Recurrent-state snapshot bytes held",
+           s.prefix.snapshot_bytes);
     metric("memory_budget_bytes", "gauge", "GPU memory budget (0 on the CPU backend)",
            r.memory_budget);
     m += fmt::format("# HELP ft_backend_info Where the experts run\n# TYPE ft_backend_info "
