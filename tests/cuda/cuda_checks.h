@@ -2,11 +2,33 @@
 // validator (cuda_validate, no gtest): each check compares a CUDA op, or the whole CUDA
 // forward, with the CPU op or the golden fixture, and returns "" on success or a message.
 #pragma once
+#include <algorithm>
+#include <cstdint>
 #include <functional>
+#include <random>
 #include <string>
 #include <vector>
 
+#include "backend/cuda/cuda_ops.h"
+
 namespace ft::cuda_checks {
+
+// Normal(0, scale) values, reproducible from the seed.
+inline std::vector<float> randv(size_t n, uint32_t seed, float scale = 1.f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+// A device copy of v (at least one byte, so empty inputs still get a valid pointer).
+template <typename T>
+cuda::DeviceBuffer up(const std::vector<T>& v) {
+  cuda::DeviceBuffer b(std::max<size_t>(1, v.size() * sizeof(T)));
+  b.upload(v.data(), v.size() * sizeof(T));
+  return b;
+}
 
 struct Check {
   std::string name;

@@ -21,21 +21,6 @@ namespace ft::cuda_checks {
 namespace {
 using cuda::DeviceBuffer;
 
-std::vector<float> randv(size_t n, uint32_t seed, float scale = 1.f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0.f, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(rng);
-  return v;
-}
-
-template <typename T>
-DeviceBuffer up(const std::vector<T>& v) {
-  DeviceBuffer b(std::max<size_t>(1, v.size() * sizeof(T)));
-  b.upload(v.data(), v.size() * sizeof(T));
-  return b;
-}
-
 std::vector<float> down(const DeviceBuffer& b, size_t n) {
   std::vector<float> v(n);
   cuda::synchronize();
