@@ -159,6 +159,19 @@ FT_QHD void k4_scale_min(int j, const uint8_t* s, int* sc, int* mn) {
   }
 }
 
+// Q4_K/Q5_K decode scales: each 32-element sub-block's scale and negated min, written for both
+// of its 16-element groups (d[16], m[16]).
+FT_QHD void k4_decode_scales(uint16_t d_half, uint16_t dmin_half, const uint8_t* scales,
+                             float* FT_RESTRICT d, float* FT_RESTRICT m) {
+  const float dd = half_f32(d_half), dm = half_f32(dmin_half);
+  for (int s = 0; s < 8; ++s) {
+    int sc, mn;
+    k4_scale_min(s, scales, &sc, &mn);
+    d[2 * s] = d[2 * s + 1] = dd * static_cast<float>(sc);
+    m[2 * s] = m[2 * s + 1] = -dm * static_cast<float>(mn);
+  }
+}
+
 // Q3_K: signed 6-bit scale of group j (0..15) from the 12 packed bytes (low 4 bits in bytes
 // 0..7, high 2 bits in bytes 8..11).
 FT_QHD int k3_scale(int j, const uint8_t* s) {
@@ -395,13 +408,7 @@ struct Q4_K {
       split_nibbles16(b.qs + 32 * c, u + 64 * c, u + 64 * c + 32);
       split_nibbles16(b.qs + 32 * c + 16, u + 64 * c + 16, u + 64 * c + 48);
     }
-    const float dd = half_f32(b.d), dm = half_f32(b.dmin);
-    for (int s = 0; s < 8; ++s) {
-      int sc, mn;
-      k4_scale_min(s, b.scales, &sc, &mn);
-      d[2 * s] = d[2 * s + 1] = dd * static_cast<float>(sc);
-      m[2 * s] = m[2 * s + 1] = -dm * static_cast<float>(mn);
-    }
+    k4_decode_scales(b.d, b.dmin, b.scales, d, m);
   }
 };
 
@@ -434,13 +441,7 @@ struct Q5_K {
         u[64 * c + 32 + l] = static_cast<uint8_t>((b.qs[32 * c + l] >> 4) |
                                                   (((b.qh[l] >> (2 * c + 1)) & 1) << 4));
       }
-    const float dd = half_f32(b.d), dm = half_f32(b.dmin);
-    for (int s = 0; s < 8; ++s) {
-      int sc, mn;
-      k4_scale_min(s, b.scales, &sc, &mn);
-      d[2 * s] = d[2 * s + 1] = dd * static_cast<float>(sc);
-      m[2 * s] = m[2 * s + 1] = -dm * static_cast<float>(mn);
-    }
+    k4_decode_scales(b.d, b.dmin, b.scales, d, m);
   }
 };
 
