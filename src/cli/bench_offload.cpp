@@ -1,5 +1,5 @@
-// ft bench offload: a synthetic model with Qwen3-30B-A3B's shapes (random bf16 experts in
-// pinned host memory, no file) run by the offloaded CUDA transformer at VRAM budgets (e.g. 8,
+// ft bench offload: a synthetic model with Qwen3-30B-A3B's shapes (random experts in pinned
+// host memory, no file; bf16 or quantized once with --expert-format, moved as they are) run by the offloaded CUDA transformer at VRAM budgets (e.g. 8,
 // 16, 24 GiB and all-resident): decode and prefill tokens/s, hit rate and bytes fetched, beside
 // the bound from the bandwidths measured in the same run:
 //   decode  t >= bytes read from VRAM / B_vram + bytes fetched / B_pcie
@@ -26,6 +26,7 @@
 #include "cache/memory_plan.h"
 #include "experts/gpu_expert_store.h"
 #include "model/cuda_transformer.h"
+#include "quant/quant.h"
 
 namespace ft::cli {
 
@@ -40,7 +41,13 @@ struct OffloadBenchOptions {
   int threads = 0;
   bool graphs = true;
   std::string out;
+  std::string expert_format = "bf16";  // bf16 or a block format (q4_k, mxfp4, q8_0, ...)
 };
+
+DType expert_dtype(const std::string& f) {
+  if (f == "bf16" || f == "BF16") return DType::BF16;
+  return quant::to_dtype(quant::parse(f));
+}
 
 ModelConfig offload_config(const OffloadBenchOptions& o) {
   return synthetic_moe_config({.layers = o.layers, .experts = o.experts, .top_k = o.top_k,
@@ -271,14 +278,16 @@ void run_bench_offload(const OffloadBenchOptions& o) {
   auto model = Model::synthetic(stand_in, 42);
   const double model_s = tb.seconds();
   tb.reset();
-  const HostExperts host = HostExperts::synthetic(c, 43, threads);
+  const HostExperts host = HostExperts::synthetic(c, 43, threads, expert_dtype(o.expert_format));
   const double host_s = tb.seconds();
   std::printf("device: %s\n", cuda::device_summary().c_str());
   std::printf(
       "synthetic qwen3_moe: %lld layers, %lld experts top-%lld, hidden %lld, expert width "
-      "%lld, vocab %lld; experts %.2f GB pinned (%.1f s), resident part built in %.1f s\n",
+      "%lld, vocab %lld; experts %s, %.2f MB each, %.2f GB pinned (%.1f s), resident part "
+      "built in %.1f s\n",
       (long long)c.n_layers, (long long)c.n_experts, (long long)c.top_k, (long long)c.hidden,
-      (long long)c.expert_dim, (long long)c.vocab_size, host.total_bytes() / 1e9, host_s, model_s);
+      (long long)c.expert_dim, (long long)c.vocab_size, std::string(dtype_name(host.dtype)).c_str(),
+      host.expert_bytes() / 1e6, host.total_bytes() / 1e9, host_s, model_s);
   const double b_pcie =
       pcie_bandwidth(host.gate(0), std::min<size_t>(host.matrix_bytes() * 3, size_t{1} << 30));
   const double b_vram = vram_bandwidth();
@@ -287,7 +296,7 @@ void run_bench_offload(const OffloadBenchOptions& o) {
   const double b_cpu = hybrid ? cpu_bandwidth(host, threads) : 0.0;
   std::printf(
       "B_pcie (pinned H2D, 1 GiB copies) %.1f GB/s; B_vram (D2D copy, read+write) %.0f "
-      "GB/s; B_cpu (bf16 expert GEMV, %d threads) %.1f GB/s; prefill chunk %lld tokens\n",
+      "GB/s; B_cpu (expert GEMV, %d threads) %.1f GB/s; prefill chunk %lld tokens\n",
       b_pcie / 1e9, b_vram / 1e9, threads, b_cpu / 1e9, (long long)o.chunk);
   std::vector<Row> rows;
   auto run = [&](const std::string& b, MoeMode mode) {
@@ -329,6 +338,8 @@ void declare_bench_offload(CLI::App& cmd) {
   cmd.add_option("--graphs", o->graphs, "Replay decode steps as CUDA graphs (false: launch ops)");
   cmd.add_option("--threads", o->threads, "Host threads building the experts (0: all cores)");
   cmd.add_option("--out", o->out, "Also write the markdown table to this file");
+  cmd.add_option("--expert-format", o->expert_format,
+                 "Expert weights: bf16 or a block format (q4_k, mxfp4, q8_0, q6_k, ...)");
   cmd.callback([o] {
     if (o->top_k > o->experts) fail("--top-k must not exceed --experts");
     run_bench_offload(*o);

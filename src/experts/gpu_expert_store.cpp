@@ -9,6 +9,7 @@
 
 #include "base/error.h"
 #include "base/half.h"
+#include "quant/quant.h"
 
 namespace ft {
 
@@ -42,6 +43,12 @@ HostExperts HostExperts::copy_of(const Model& model) {
       h.inter = ex[0].gate.shape[0];
       h.hidden = ex[0].gate.shape[1];
       first = false;
+      if (h.dtype == DType::F8_E4M3_B128 || h.dtype == DType::NVFP4)
+        fail("{}: offloading {} experts is not supported yet (per-expert scales)",
+             ex[0].gate.name, dtype_name(h.dtype));
+      if (ex[0].down.dtype != h.dtype)
+        fail("{}: expert down is {} but gate/up are {}; offload needs one expert dtype",
+             ex[0].down.name, dtype_name(ex[0].down.dtype), dtype_name(h.dtype));
     }
     FT_CHECK(static_cast<int64_t>(ex.size()) == h.n_experts, "layer {}: {} experts", l, ex.size());
     ++h.moe_layers;
@@ -60,9 +67,59 @@ HostExperts HostExperts::copy_of(const Model& model) {
   return h;
 }
 
-HostExperts HostExperts::synthetic(const ModelConfig& c, uint64_t seed, int threads) {
+// Quantized synthetic experts: pools of 2x a matrix's rows (random, quantized once, on the
+// threads), every matrix a run of whole rows from a per-matrix offset.
+static HostExperts synthetic_quant(HostExperts h, const ModelConfig& c, uint64_t seed, int threads) {
+  const quant::QuantType qt = quant::from_dtype(h.dtype);
+  const int64_t I = h.inter, H = h.hidden;
+  const size_t rb_g = dtype_row_bytes(h.dtype, H), rb_d = dtype_row_bytes(h.dtype, I);
+  const int64_t pg = 2 * I, pd = 2 * H;  // pool rows: gate/up (rows of H), down (rows of I)
+  std::vector<uint8_t> pool_g(pg * rb_g), pool_d(pd * rb_d);
+  threads = std::max(1, threads);
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t)
+    pool.emplace_back([&, t] {
+      std::mt19937_64 rng(seed * 7919 + t);
+      std::uniform_real_distribution<float> u(-0.0866f, 0.0866f);
+      std::vector<float> row(std::max(H, I));
+      for (int64_t r = t; r < pg + pd; r += threads) {
+        const bool g = r < pg;
+        const int64_t n = g ? H : I;
+        for (int64_t i = 0; i < n; ++i) row[i] = u(rng);
+        uint8_t* dst = g ? pool_g.data() + r * rb_g : pool_d.data() + (r - pg) * rb_d;
+        quant::quantize_row(qt, row.data(), dst, n);
+      }
+    });
+  for (auto& th : pool) th.join();
+  pool.clear();
+  const int64_t jobs = c.n_layers * h.n_experts * 3;
+  for (int t = 0; t < threads; ++t)
+    pool.emplace_back([&, t] {
+      for (int64_t j = t; j < jobs; j += threads) {
+        const int64_t l = j / (h.n_experts * 3), r = j % (h.n_experts * 3);
+        if (!h.has_layer(l)) continue;
+        const int64_t k = r / h.n_experts, e = r % h.n_experts;
+        char* dst = const_cast<char*>(h.gate(l)) + k * h.matrix_bytes() +
+                    e * h.expert_matrix_bytes();
+        const bool down = k == 2;
+        const int64_t rows = down ? H : I, span = (down ? pd : pg) - rows + 1;
+        const int64_t off = static_cast<int64_t>(mix(seed ^ (uint64_t(j) << 20)) % span);
+        const uint8_t* src = down ? pool_d.data() + off * rb_d : pool_g.data() + off * rb_g;
+        std::memcpy(dst, src, h.expert_matrix_bytes());
+      }
+    });
+  for (auto& th : pool) th.join();
+  return h;
+}
+
+HostExperts HostExperts::synthetic(const ModelConfig& c, uint64_t seed, int threads,
+                                   DType dtype) {
+  if (dtype != DType::BF16 && (!dtype_is_quant(dtype) || dtype == DType::F8_E4M3_B128 ||
+                               dtype == DType::NVFP4))
+    fail("synthetic experts: {} is not supported (bf16 or a block format without external "
+         "scales: Q4_0 ... IQ4_XS, MXFP4)", dtype_name(dtype));
   HostExperts h;
-  h.dtype = DType::BF16;
+  h.dtype = dtype;
   h.n_layers = c.n_layers;
   h.n_experts = c.n_experts;
   h.hidden = c.hidden;
@@ -73,6 +130,7 @@ HostExperts HostExperts::synthetic(const ModelConfig& c, uint64_t seed, int thre
       h.layers_[l] = cuda::PinnedBuffer(3 * h.matrix_bytes());
       ++h.moe_layers;
     }
+  if (dtype != DType::BF16) return synthetic_quant(std::move(h), c, seed, threads);
   // One random block of uniform values (std 0.05) larger than a matrix; every matrix is a
   // copy of it from its own offset.
   const int64_t n = h.inter * h.hidden;

@@ -18,9 +18,11 @@ class HostExperts {
  public:
   // A pinned copy of the model's routed experts (any dtype, all experts of one dtype/shape).
   static HostExperts copy_of(const Model& model);
-  // Random bf16 experts of config's shapes (std ~0.05): a random block memcpy-tiled at a
-  // per-matrix offset, on `threads` threads; tens of GB in seconds.
-  static HostExperts synthetic(const ModelConfig& config, uint64_t seed, int threads);
+  // Random experts of config's shapes (std ~0.05): a random block memcpy-tiled at a
+  // per-matrix offset, on `threads` threads; tens of GB in seconds. A block-quantized dtype
+  // (GGUF formats, MXFP4) quantizes random pools of rows once and tiles whole rows of them.
+  static HostExperts synthetic(const ModelConfig& config, uint64_t seed, int threads,
+                               DType dtype = DType::BF16);
 
   bool has_layer(int64_t l) const { return layers_[l].data() != nullptr; }
   const char* gate(int64_t l) const { return base(l); }
@@ -30,10 +32,10 @@ class HostExperts {
   const char* device_base(int64_t l) const {
     return static_cast<const char*>(layers_[l].device_data());
   }
-  size_t matrix_bytes() const {
-    return n_experts * inter * hidden * dtype_size(dtype);
-  }  // one stack
-  size_t expert_matrix_bytes() const { return inter * hidden * dtype_size(dtype); }
+  size_t matrix_bytes() const { return n_experts * expert_matrix_bytes(); }  // one stack
+  // The real bytes of one expert matrix as stored (quantized experts move as they are): gate
+  // and up are inter rows of hidden, down hidden rows of inter (the same bytes for whole blocks).
+  size_t expert_matrix_bytes() const { return inter * dtype_row_bytes(dtype, hidden); }
   size_t expert_bytes() const { return 3 * expert_matrix_bytes(); }  // gate + up + down
   size_t total_bytes() const;
 

@@ -16,6 +16,7 @@
 #include "base/timer.h"
 #include "experts/gpu_expert_store.h"
 #include "ops/ops.h"
+#include "quant/quant.h"
 
 namespace ft {
 
@@ -231,7 +232,19 @@ cuda::DeviceMatrix CudaTransformer::upload(const TensorView& t) {
   cuda::DeviceBuffer& b = storage_.emplace_back(t.nbytes());
   b.upload(t.data, t.nbytes());
   weight_bytes_ += t.nbytes();
-  return {.data = b.data(), .dtype = t.dtype, .rows = t.shape[0], .cols = t.shape[1]};
+  cuda::DeviceMatrix m{.data = b.data(), .dtype = t.dtype, .rows = t.shape[0], .cols = t.shape[1]};
+  // Quantized matrices stay quantized (cuda::matmul dispatches on the dtype); the scales a
+  // block does not carry come along: FP8 tiles' scale_inv, NVFP4's global scale.
+  if (t.dtype == DType::F8_E4M3_B128) {
+    FT_CHECK(t.scale_inv, "{}: FP8_E4M3_B128 without scale_inv", t.name);
+    const size_t sb = static_cast<size_t>(quant::fp8_b128_scale_count(m.rows, m.cols)) * sizeof(float);
+    cuda::DeviceBuffer& s = storage_.emplace_back(sb);
+    s.upload(t.scale_inv, sb);
+    weight_bytes_ += sb;
+    m.scale_inv = s.as<float>();
+  }
+  m.global_scale = t.global_scale;
+  return m;
 }
 
 const float* CudaTransformer::upload(const std::vector<float>& v) {
@@ -246,6 +259,9 @@ const float* CudaTransformer::upload(const std::vector<float>& v) {
 cuda::DeviceExperts CudaTransformer::upload_experts(const std::vector<ExpertWeights>& experts) {
   FT_CHECK(!experts.empty(), "MoE layer without experts");
   const ExpertWeights& e0 = experts[0];
+  if (e0.gate.dtype == DType::F8_E4M3_B128 || e0.gate.dtype == DType::NVFP4)
+    fail("{}: {} experts are not supported on CUDA yet (per-expert scales)", e0.gate.name,
+         dtype_name(e0.gate.dtype));
   cuda::DeviceExperts d{.dtype = e0.gate.dtype,
                         .n_experts = static_cast<int64_t>(experts.size()),
                         .hidden = e0.gate.shape[1],

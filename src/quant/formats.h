@@ -49,7 +49,7 @@ FT_QHD uint32_t f32_bits(float f) {
 // float operand would cost a microcode assist per block (Q6_K / IQ4_XS scales often are
 // fp16 subnormals).
 FT_QHD float half_f32(uint16_t h) {
-#if defined(__F16C__) && !defined(__CUDA_ARCH__)
+#if defined(__F16C__) && !defined(__CUDACC__)
   return _cvtsh_ss(h);  // vcvtph2ps: exact, subnormals included
 #endif
   const uint32_t e = h & 0x7c00u, mag = static_cast<uint32_t>(h & 0x7fff) << 13;
@@ -97,7 +97,7 @@ FT_QHD float e8m0_f32(uint8_t e) {
 // vector each (compilers do not vectorize the byte loop across block structs); elsewhere SWAR,
 // 8 bytes per 64-bit word.
 FT_QHD void split_nibbles16(const uint8_t* q, uint8_t* FT_RESTRICT lo, uint8_t* FT_RESTRICT hi) {
-#if defined(__SSE2__) && !defined(__CUDA_ARCH__)
+#if defined(__SSE2__) && !defined(__CUDACC__)
   const __m128i m = _mm_set1_epi8(0x0f), v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q));
   _mm_storeu_si128(reinterpret_cast<__m128i*>(lo), _mm_and_si128(v, m));
   _mm_storeu_si128(reinterpret_cast<__m128i*>(hi), _mm_and_si128(_mm_srli_epi16(v, 4), m));
@@ -114,7 +114,7 @@ FT_QHD void split_nibbles16(const uint8_t* q, uint8_t* FT_RESTRICT lo, uint8_t* 
 
 // Byte j of q[0..7] to out[2j] (low nibble) and out[2j + 1] (high nibble).
 FT_QHD void interleave_nibbles8(const uint8_t* q, uint8_t* FT_RESTRICT out) {
-#if defined(__SSE2__) && !defined(__CUDA_ARCH__)
+#if defined(__SSE2__) && !defined(__CUDACC__)
   const __m128i m = _mm_set1_epi8(0x0f), v = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(q));
   _mm_storeu_si128(reinterpret_cast<__m128i*>(out),
                    _mm_unpacklo_epi8(_mm_and_si128(v, m), _mm_and_si128(_mm_srli_epi16(v, 4), m)));

@@ -24,6 +24,7 @@ int main(int argc, char** argv) {
   auto checks = op_checks();
   for (auto& c : runtime_checks()) checks.push_back(c);
   for (auto& c : model_checks(fixtures)) checks.push_back(c);
+  for (auto& c : quant_checks(fixtures)) checks.push_back(c);
   for (const Check& c : checks) {
     if (c.name.find(filter) == std::string::npos) continue;
     const auto t0 = std::chrono::steady_clock::now();
@@ -51,6 +52,8 @@ int main(int argc, char** argv) {
     }
   }
   if (decode_tokens > 0) std::printf("%s", attention_benchmark().c_str());
+  if (decode_tokens > 0 || filter.rfind("quant", 0) == 0)
+    std::printf("%s", quant_bandwidth().c_str());
   std::printf("%s: %d/%d checks passed\n", failed ? "FAIL" : "PASS", total - failed, total);
   return failed ? 1 : 0;
 }

@@ -164,15 +164,19 @@ void memory_info(size_t* free_bytes, size_t* total_bytes);
 
 // ---- weights
 
-// A weight matrix in VRAM: [rows, cols] row-major, F32, F16 or BF16.
+// A weight matrix in VRAM: [rows, cols] row-major, F32, F16, BF16 or block-quantized (rows of
+// whole blocks, dtype_row_bytes; see the quantized weights section).
 struct DeviceMatrix {
   const void* data = nullptr;
   DType dtype = DType::F32;
   int64_t rows = 0, cols = 0;
+  const float* scale_inv = nullptr;  // F8_E4M3_B128: device [ceil(rows/128), ceil(cols/128)]
+  float global_scale = 1.f;          // NVFP4: the per-tensor scale
 };
 
 // One MoE layer's experts stacked in VRAM: gate/up [n_experts, inter, hidden], down
-// [n_experts, hidden, inter], all one dtype.
+// [n_experts, hidden, inter], all one dtype (block-quantized: each matrix is rows of whole
+// blocks, an expert's matrix inter * row bytes; formats without external scales).
 struct DeviceExperts {
   const void* gate = nullptr;
   const void* up = nullptr;
@@ -296,6 +300,39 @@ struct GemvRoute {
 };
 void gemv_multi(const float* x, int64_t n, const GemvOut* outs, int count,
                 const GemvNorm* norm = nullptr, const GemvRoute* route = nullptr);
+
+// ---- quantized weights (quant_gemv.cu, quant_gemm.cu; issue #6)
+// matmul / gemv / gemv_multi / moe_experts dispatch here for block-quantized dtypes (Q4_0 ...
+// IQ4_XS, MXFP4, NVFP4, F8_E4M3_B128): rows of cols % 16 == 0 whole blocks, f32 activations
+// (16-byte aligned) and accumulation. gemv_multi applies a GemvNorm / GemvRoute around the
+// quantized GEMV (separate rmsnorm / route launches) instead of fusing them.
+
+// y = x W^T for n <= k_gemv_max_tokens tokens, dequant fused (one template over the format
+// traits). Same contract as gemv_multi without norm/route.
+void quant_gemv_multi(const float* x, int64_t n, const GemvOut* outs, int count);
+// Decode experts: for every slot s < slots, y[m] + s * y_slot = (x + (s / x_div) * x_slot)
+// W_m[ids[s]]^T for count (1 or 2) stacked matrices w[m] [E, rows, cols]; ids (device) < 0
+// writes zeros. Formats without per-expert scales (not NVFP4 / FP8).
+struct QuantExpertGemv {
+  const float* x;
+  int64_t x_slot;
+  int x_div;
+  const int32_t* ids;
+  int64_t slots;
+  const void* w[2];
+  float* y[2];
+  int count;
+  DType dtype;
+  int64_t rows, cols, y_slot;
+};
+void quant_experts_gemv(const QuantExpertGemv& a);
+// Prefill GEMM on tensor cores: panels of W dequantized to bf16 hi + lo parts in the Blas
+// scratch, x split likewise, three cuBLAS bf16 GEMMs (fp32 accumulation, ~2^-16 relative).
+void quant_gemm(Blas& blas, const float* x, int64_t n, const DeviceMatrix& w, float* y);
+// Rows [r0, r0 + m) of a quantized w as f32 [m, w.cols] (external scales applied).
+void quant_dequant_rows(const DeviceMatrix& w, int64_t r0, int64_t m, float* out);
+// x = hi + lo as two bf16 arrays of count elements (matmul.cu; the split of the bf16 GEMMs).
+void split_bf16(const float* x, int64_t count, void* hi, void* lo);
 
 // ---- MoE (route.cu, moe.cu)
 

@@ -1,6 +1,7 @@
 // matmul: y = x W^T (+ bias) with f32 / f16 / bf16 weights and fp32 compute on every path.
 // Small n (decode): a warp per output row reading 16-byte weight vectors, NT tokens per warp
 // so each weight is read once; up to k_gemv_multi matrices per launch, optional accumulate. Larger n: cuBLAS (see Blas in cuda_ops.h for the bf16 split).
+// Block-quantized weights go to quant_gemv.cu / quant_gemm.cu.
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 
@@ -233,6 +234,12 @@ void gemm_f16_dequant(Blas& blas, const float* x, int64_t n, const DeviceMatrix&
 }
 }  // namespace
 
+void split_bf16(const float* x, int64_t count, void* hi, void* lo) {
+  split_bf16_kernel<<<grid_for(count), 256, 0, stream()>>>(
+      x, count, static_cast<__nv_bfloat16*>(hi), static_cast<__nv_bfloat16*>(lo));
+  CUDA_CHECK_LAUNCH();
+}
+
 Blas::Blas(int64_t max_tokens, int64_t max_cols)
     : max_tokens_(max_tokens),
       max_cols_(max_cols),
@@ -261,6 +268,18 @@ void gemv_multi(const float* x, int64_t n, const GemvOut* outs, int count, const
   if (n == 0) return;
   const DType dt = outs[0].w.dtype;
   const int64_t cols = outs[0].w.cols;
+  if (dtype_is_quant(dt)) {  // quantized: the norm and the routing as their own launches
+    if (norm) {
+      FT_CHECK(norm->x_out, "gemv_multi: a quantized GEMV needs x_out for the norm");
+      rmsnorm(x, n, cols, norm->w, norm->eps, norm->x_out);
+      x = norm->x_out;
+    }
+    quant_gemv_multi(x, n, outs, count);
+    if (route)
+      route_topk_softmax(outs[0].y, n, outs[0].w.rows, route->top_k, route->renormalize,
+                         route->ids, route->weights);
+    return;
+  }
   if (norm && n * cols * static_cast<int64_t>(sizeof(float)) > k_gemv_norm_smem) {
     // Too wide to stage: a separate rmsnorm into x_out, then the plain GEMVs.
     FT_CHECK(norm->x_out, "gemv_multi: rows of {} need x_out for the norm", cols);
@@ -326,6 +345,10 @@ void matmul(Blas& blas, const float* x, int64_t n, const DeviceMatrix& w, float*
       gemm_f16_dequant(blas, x, n, w, y);
       break;
     default:
+      if (dtype_is_quant(w.dtype)) {
+        quant_gemm(blas, x, n, w, y);
+        break;
+      }
       FT_CHECK(false, "matmul: unsupported weight dtype {}", dtype_name(w.dtype));
   }
   if (bias) add_bias(y, n, w.rows, bias);

@@ -3,6 +3,8 @@
 // with no host sync. Prefill: slots grouped
 // by expert (count -> offsets -> gather, stable in slot order), per-expert matmul through
 // cuBLAS, then the same combine through the slot -> row map (top-k order, deterministic).
+// Block-quantized experts decode through quant_experts_gemv (gate+up, silu*up, down per slot,
+// then the combine); their prefill matmuls dispatch to quant_gemm.
 #include <algorithm>
 
 #include "backend/cuda/common.cuh"
@@ -192,6 +194,23 @@ void decode(const DeviceExperts& e, const MoeArgs& a, MoeWorkspace& ws) {
   });
 }
 
+// Quantized experts, decode: slot GEMVs with the expert id read on the device (no host sync).
+void decode_quant(const DeviceExperts& e, const MoeArgs& a, MoeWorkspace& ws) {
+  const int64_t slots = a.n * a.top_k, H = e.hidden, I = e.inter;
+  const int k = static_cast<int>(a.top_k);
+  float *act = ws.act.as<float>(), *up = ws.up.as<float>(), *d = ws.down.as<float>();
+  quant_experts_gemv({.x = a.x, .x_slot = H, .x_div = k, .ids = a.ids, .slots = slots,
+                      .w = {e.gate, e.up}, .y = {act, up}, .count = 2, .dtype = e.dtype,
+                      .rows = I, .cols = H, .y_slot = I});
+  silu_mul(act, up, slots * I, act);
+  quant_experts_gemv({.x = act, .x_slot = I, .x_div = 1, .ids = a.ids, .slots = slots,
+                      .w = {e.down, nullptr}, .y = {d, nullptr}, .count = 1, .dtype = e.dtype,
+                      .rows = H, .cols = I, .y_slot = H});
+  combine_kernel<<<static_cast<unsigned>(a.n), 256, 0, stream()>>>(d, nullptr, a.weights, k, H,
+                                                                   a.accumulate, a.out);
+  CUDA_CHECK_LAUNCH();
+}
+
 void prefill(Blas& blas, const DeviceExperts& e, const MoeArgs& a, MoeWorkspace& ws) {
   const int64_t slots = a.n * a.top_k, H = e.hidden, I = e.inter, E = e.n_experts;
   const int k = static_cast<int>(a.top_k);
@@ -204,10 +223,9 @@ void prefill(Blas& blas, const DeviceExperts& e, const MoeArgs& a, MoeWorkspace&
   CUDA_CHECK_LAUNCH();
   // The host needs the group sizes to size each expert's GEMM: one sync per MoE layer.
   copy_to_host(ws.host_offsets.data(), offsets, (E + 1) * sizeof(int32_t));
-  const size_t esize = dtype_size(e.dtype);
   auto mat = [&](const void* base, int64_t ex, int64_t rows, int64_t cols) {
     DeviceMatrix m;
-    m.data = static_cast<const char*>(base) + ex * rows * cols * esize;
+    m.data = static_cast<const char*>(base) + ex * rows * dtype_row_bytes(e.dtype, cols);
     m.dtype = e.dtype, m.rows = rows, m.cols = cols;
     return m;
   };
@@ -253,7 +271,9 @@ void moe_experts(Blas& blas, const DeviceExperts& e, const MoeArgs& a, MoeWorksp
            "moe_experts: {} tokens x top-{} do not fit the workspace ({} x top-{})", a.n, a.top_k,
            ws.max_tokens, ws.top_k);
   if (a.n == 0) return;
-  if (a.n <= k_gemv_max_tokens)
+  if (a.n <= k_gemv_max_tokens && dtype_is_quant(e.dtype))
+    decode_quant(e, a, ws);
+  else if (a.n <= k_gemv_max_tokens)
     decode(e, a, ws);
   else
     prefill(blas, e, a, ws);

@@ -1,0 +1,415 @@
+// Quantized weights on CUDA (issue #6), per format: the device dequant vs the scalar reference
+// (quant::dequantize_rows), the fused GEMV (1..4 tokens, several matrices, bias, accumulate)
+// and the tensor-core GEMM vs an f64 reference over the dequantized weights and vs the CPU
+// quant matmul (int8 activations: bounded by its activation rounding), quantized MoE experts
+// (decode and prefill), and GGUF models (Q8_0, Q4_K written from a fixture) on CUDA with the
+// CPU's greedy tokens, resident and offloaded. Also a GEMV bandwidth table (quant_bandwidth).
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+
+#include "backend/cpu/thread_pool.h"
+#include "base/error.h"
+#include "cuda_checks.h"
+#include "experts/gpu_expert_store.h"
+#include "io/gguf_writer.h"
+#include "model/cuda_transformer.h"
+#include "model/gguf_export.h"
+#include "model/transformer.h"
+#include "ops/ops.h"
+#include "quant/quant.h"
+
+namespace ft::cuda_checks {
+
+namespace {
+using quant::QuantType;
+
+// A random [rows, cols] matrix quantized to t on the host, its f32 dequantization (the scalar
+// reference) and a device copy. FP8 tiles carry scale_inv, NVFP4 a global scale.
+struct QMatrix {
+  DType dtype;
+  int64_t rows, cols;
+  std::vector<uint8_t> q;
+  std::vector<float> scale_inv, ref;  // ref: dequantized [rows, cols]
+  float global_scale = 1.f;
+  cuda::DeviceBuffer dq, dscale;
+  TensorView view() const {
+    TensorView v;
+    v.dtype = dtype, v.ndim = 2, v.shape = {rows, cols, 1, 1}, v.data = q.data(), v.name = "w";
+    v.scale_inv = scale_inv.empty() ? nullptr : scale_inv.data();
+    v.global_scale = global_scale;
+    return v;
+  }
+  cuda::DeviceMatrix device() const {
+    return {.data = dq.data(), .dtype = dtype, .rows = rows, .cols = cols,
+            .scale_inv = dscale.bytes() ? dscale.as<float>() : nullptr,
+            .global_scale = global_scale};
+  }
+};
+
+QMatrix make_matrix(DType dt, int64_t rows, int64_t cols, uint32_t seed) {
+  QMatrix m{.dtype = dt, .rows = rows, .cols = cols};
+  const std::vector<float> w = randv(rows * cols, seed, 0.05f);
+  if (dt == DType::F8_E4M3_B128) {
+    m.q.resize(rows * cols);
+    m.scale_inv.resize(quant::fp8_b128_scale_count(rows, cols));
+    quant::quantize_fp8_b128(w.data(), rows, cols, m.q.data(), m.scale_inv.data());
+  } else {
+    const QuantType qt = quant::from_dtype(dt);
+    const size_t rb = dtype_row_bytes(dt, cols);
+    m.q.resize(rows * rb);
+    if (dt == DType::NVFP4) {
+      float amax = 0;
+      for (float v : w) amax = std::max(amax, std::fabs(v));
+      m.global_scale = quant::nvfp4_global_scale(amax);
+    }
+    for (int64_t r = 0; r < rows; ++r)
+      quant::quantize_row(qt, w.data() + r * cols, m.q.data() + r * rb, cols, m.global_scale);
+  }
+  m.ref.resize(rows * cols);
+  const TensorView v = m.view();
+  quant::dequantize_rows(v, 0, rows, m.ref.data());
+  m.dq = up(m.q);
+  if (!m.scale_inv.empty()) m.dscale = up(m.scale_inv);
+  return m;
+}
+
+const std::vector<DType>& formats() {
+  static const std::vector<DType> f = {
+      DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K,
+      DType::Q6_K, DType::IQ4_NL, DType::IQ4_XS, DType::MXFP4, DType::NVFP4, DType::F8_E4M3_B128};
+  return f;
+}
+
+template <typename T>
+std::vector<T> down(const cuda::DeviceBuffer& b, size_t n) {
+  std::vector<T> v(n);
+  cuda::copy_to_host(v.data(), b.data(), n * sizeof(T));
+  return v;
+}
+
+// y[t, r] vs the f64 dot over the dequantized rows: |d| <= tol * sum|w x| + 1e-6. With
+// cpu_acts, the bound adds the CPU's int8 activation rounding (<= max|x_g| / 254 per element of
+// each 16-group g): the CPU quant matmul is compared with that tolerance instead.
+std::string compare(const QMatrix& m, const std::vector<float>& x, int64_t n,
+                    const std::vector<float>& got, double tol, const std::string& what,
+                    bool cpu_acts = false) {
+  for (int64_t t = 0; t < n; ++t) {
+    const float* xt = x.data() + t * m.cols;
+    std::vector<float> gmax(m.cols / 16, 0.f);
+    for (int64_t i = 0; i < m.cols; ++i) gmax[i / 16] = std::max(gmax[i / 16], std::fabs(xt[i]));
+    for (int64_t r = 0; r < m.rows; ++r) {
+      double ref = 0, mag = 0, act = 0;
+      for (int64_t i = 0; i < m.cols; ++i) {
+        const double w = m.ref[r * m.cols + i];
+        ref += w * xt[i], mag += std::fabs(w * xt[i]), act += std::fabs(w) * gmax[i / 16] / 254;
+      }
+      const double bound = tol * mag + 1e-6 + (cpu_acts ? 1.01 * act : 0.0);
+      const double d = std::fabs(got[t * m.rows + r] - ref);
+      if (!(d <= bound))
+        return fmt::format("{}: token {} row {}: got {} ref {} (|d| {:.3g} > {:.3g})\n", what, t,
+                           r, got[t * m.rows + r], ref, d, bound);
+    }
+  }
+  return "";
+}
+
+std::string fmt_name(DType d) { return std::string(dtype_name(d)); }
+
+// Device dequant (every group decoder) == the scalar reference, to f32 rounding.
+std::string check_dequant(DType dt) {
+  const int64_t cols = dt == DType::F8_E4M3_B128 ? 384 : 512, rows = 130;
+  QMatrix m = make_matrix(dt, rows, cols, 11);
+  cuda::DeviceBuffer out(rows * cols * sizeof(float));
+  cuda::quant_dequant_rows(m.device(), 0, rows, out.as<float>());
+  const auto got = down<float>(out, rows * cols);
+  // One rounding each, possibly of d*u + m vs d*u then + m: 1e-6 of the row's largest value.
+  for (int64_t r = 0; r < rows; ++r) {
+    float mx = 0;
+    for (int64_t i = 0; i < cols; ++i) mx = std::max(mx, std::fabs(m.ref[r * cols + i]));
+    for (int64_t i = r * cols; i < (r + 1) * cols; ++i)
+      if (!(std::fabs(got[i] - m.ref[i]) <= 1e-6f * mx))
+        return fmt::format("{} dequant: row {} element {}: got {} ref {}\n", fmt_name(dt), r,
+                           i - r * cols, got[i], m.ref[i]);
+  }
+  return "";
+}
+
+// GEMV for 1..4 tokens (one matrix; two matrices with bias + accumulate) and the CPU matmul.
+std::string check_gemv(DType dt) {
+  const int64_t be = std::max<int64_t>(16, dtype_block(dt).elems);
+  std::string err;
+  ThreadPool pool(2, false);
+  const int64_t shapes[][2] = {{1, be}, {37, 2 * be}, {300, std::max<int64_t>(1024, 4 * be)},
+                               {129, 17 * be}};
+  for (auto [rows, c0] : shapes) {
+    const int64_t cols = dt == DType::F8_E4M3_B128 ? (c0 + 127) / 128 * 128 + 128 : c0;
+    QMatrix m = make_matrix(dt, rows, cols, static_cast<uint32_t>(rows * 7 + cols));
+    for (int64_t n = 1; n <= cuda::k_gemv_max_tokens; ++n) {
+      const auto x = randv(n * cols, static_cast<uint32_t>(n + rows), 1.f);
+      auto dx = up(x);
+      cuda::DeviceBuffer dy(n * rows * sizeof(float));
+      cuda::gemv(dx.as<float>(), n, m.device(), dy.as<float>());
+      const std::string what = fmt::format("{} gemv [{}, {}] n={}", fmt_name(dt), rows, cols, n);
+      err += compare(m, x, n, down<float>(dy, n * rows), 2e-5, what);
+      std::vector<float> cpu(n * rows);
+      const TensorView v = m.view();
+      ops::matmul(pool, x.data(), n, v, cpu.data());
+      err += compare(m, x, n, cpu, 2e-5, what + " (CPU quant matmul)",
+                     dt != DType::F8_E4M3_B128);
+      if (!err.empty()) return err;
+    }
+  }
+  // Two matrices in one launch, bias on the first, accumulate into the second.
+  const int64_t cols = dt == DType::F8_E4M3_B128 ? 256 : 2 * std::max<int64_t>(be, 32), n = 3;
+  QMatrix a = make_matrix(dt, 45, cols, 3), b = make_matrix(dt, 20, cols, 4);
+  const auto x = randv(n * cols, 5), bias = randv(45, 6), y0 = randv(n * 20, 7);
+  auto dx = up(x), db = up(bias), dyb = up(y0);
+  cuda::DeviceBuffer dya(n * 45 * sizeof(float));
+  const cuda::GemvOut outs[2] = {{.w = a.device(), .y = dya.as<float>(), .bias = db.as<float>()},
+                                 {.w = b.device(), .y = dyb.as<float>(), .accumulate = true}};
+  cuda::gemv_multi(dx.as<float>(), n, outs, 2);
+  auto ya = down<float>(dya, n * 45), yb = down<float>(dyb, n * 20);
+  for (int64_t t = 0; t < n; ++t) {
+    for (int64_t r = 0; r < 45; ++r) ya[t * 45 + r] -= bias[r];
+    for (int64_t r = 0; r < 20; ++r) yb[t * 20 + r] -= y0[t * 20 + r];
+  }
+  err += compare(a, x, n, ya, 2e-5, fmt_name(dt) + " gemv_multi bias");
+  err += compare(b, x, n, yb, 2e-5, fmt_name(dt) + " gemv_multi accumulate");
+  return err;
+}
+
+// Prefill GEMM (bf16 hi/lo panels on tensor cores) vs the f64 reference.
+std::string check_gemm(DType dt) {
+  const int64_t be = std::max<int64_t>(16, dtype_block(dt).elems);
+  const int64_t cols = dt == DType::F8_E4M3_B128 ? 640 : std::max<int64_t>(512, 2 * be);
+  cuda::Blas blas(160, cols);
+  std::string err;
+  for (int64_t rows : {33, 700})
+    for (int64_t n : {5, 37, 160}) {
+      QMatrix m = make_matrix(dt, rows, cols, static_cast<uint32_t>(rows + n));
+      const auto x = randv(n * cols, static_cast<uint32_t>(n), 1.f);
+      auto dx = up(x);
+      cuda::DeviceBuffer dy(n * rows * sizeof(float));
+      cuda::matmul(blas, dx.as<float>(), n, m.device(), dy.as<float>());
+      err += compare(m, x, n, down<float>(dy, n * rows), 1e-4,
+                     fmt::format("{} gemm [{}, {}] n={}", fmt_name(dt), rows, cols, n));
+      if (!err.empty()) return err;
+    }
+  return err;
+}
+
+// Quantized experts: moe_experts decode (1..3 tokens) and prefill (9 tokens) vs f64 over the
+// dequantized experts, top-k order, with a skipped (-1) id in decode.
+std::string check_moe(DType dt) {
+  const int64_t be = std::max<int64_t>(32, dtype_block(dt).elems);
+  const int64_t E = 6, H = std::max<int64_t>(256, be), I = be, K = 3;
+  std::vector<QMatrix> g, u, d;
+  for (int64_t e = 0; e < E; ++e) {
+    g.push_back(make_matrix(dt, I, H, 100 + e));
+    u.push_back(make_matrix(dt, I, H, 200 + e));
+    d.push_back(make_matrix(dt, H, I, 300 + e));
+  }
+  auto stack = [&](const std::vector<QMatrix>& ms) {
+    std::vector<uint8_t> all;
+    for (const auto& m : ms) all.insert(all.end(), m.q.begin(), m.q.end());
+    return up(all);
+  };
+  auto dg = stack(g), du = stack(u), dd = stack(d);
+  const cuda::DeviceExperts ex{.gate = dg.data(), .up = du.data(), .down = dd.data(),
+                               .dtype = dt, .n_experts = E, .hidden = H, .inter = I};
+  cuda::Blas blas(16, std::max(H, I));
+  cuda::MoeWorkspace ws(16, K, E, H, I);
+  std::string err;
+  for (int64_t n : {1, 3, 9}) {
+    const auto x = randv(n * H, static_cast<uint32_t>(n), 1.f);
+    std::vector<int32_t> ids(n * K);
+    std::vector<float> w(n * K);
+    for (int64_t i = 0; i < n * K; ++i) ids[i] = static_cast<int32_t>((i * 5 + n) % E), w[i] = 0.2f + 0.1f * (i % 3);
+    if (n == 3) ids[4] = -1;  // computed elsewhere (decode only)
+    auto dx = up(x), di = up(ids), dw = up(w);
+    cuda::DeviceBuffer dout(n * H * sizeof(float));
+    cuda::moe_experts(blas, ex, {.x = dx.as<float>(), .n = n, .ids = di.as<int32_t>(),
+                                 .weights = dw.as<float>(), .top_k = K, .out = dout.as<float>()},
+                      ws);
+    const auto got = down<float>(dout, n * H);
+    for (int64_t t = 0; t < n; ++t) {
+      std::vector<double> ref(H, 0.0);
+      double mx = 1e-6;
+      for (int64_t k = 0; k < K; ++k) {
+        const int32_t e = ids[t * K + k];
+        if (e < 0) continue;
+        std::vector<double> act(I);
+        for (int64_t r = 0; r < I; ++r) {
+          double gs = 0, us = 0;
+          for (int64_t c = 0; c < H; ++c) {
+            gs += double(g[e].ref[r * H + c]) * x[t * H + c];
+            us += double(u[e].ref[r * H + c]) * x[t * H + c];
+          }
+          act[r] = gs / (1 + std::exp(-gs)) * us;
+        }
+        for (int64_t r = 0; r < H; ++r) {
+          double s = 0;
+          for (int64_t c = 0; c < I; ++c) s += double(d[e].ref[r * I + c]) * act[c];
+          ref[r] += w[t * K + k] * s;
+        }
+      }
+      for (double v : ref) mx = std::max(mx, std::fabs(v));
+      for (int64_t r = 0; r < H; ++r)
+        if (!(std::fabs(got[t * H + r] - ref[r]) <= 1e-4 * mx))
+          return fmt::format("{} moe n={} token {} row {}: got {} ref {} (max {})\n", fmt_name(dt),
+                             n, t, r, got[t * H + r], ref[r], mx);
+    }
+  }
+  return err;
+}
+
+// A GGUF of the qwen3_moe fixture at `type` (K-quant shapes fall back per tensor as llama.cpp
+// does): CUDA greedy tokens == the CPU's (quantized weights on both), resident and offloaded.
+std::string check_gguf(const std::string& fixtures, uint32_t type, const char* tag) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / fmt::format("ft_quant_checks_{}", tag);
+  fs::create_directories(dir);
+  std::string path;
+  {
+    auto st = Model::load(fixtures + "/qwen3_moe");
+    GgufWriter w;
+    gguf_add_model(w, *st, {.type = type, .name = "quant_checks"});
+    path = w.write((dir / "m.gguf").string()).front();
+  }
+  auto m = Model::load(path);
+  const ModelConfig& c = m->config();
+  const int64_t V = c.vocab_size, steps = 16;
+  const std::vector<int32_t> prompt = {1, 17, 42, 300, 7, 512, 99, 3};
+  const int64_t cap = static_cast<int64_t>(prompt.size()) + steps + 1;
+  std::string types;
+  for (const auto& L : m->weights().layers)
+    if (!L.experts.empty()) {
+      types = fmt::format("experts {}, q {}", dtype_name(L.experts[0].gate.dtype),
+                          dtype_name(L.q.w.dtype));
+      break;
+    }
+  // CPU greedy.
+  ThreadPool pool(2, false);
+  std::vector<int32_t> cpu_ids;
+  std::vector<float> cpu_first(V);
+  {
+    Transformer tf(*m, pool, 64);
+    KVCache kv(c, cap);
+    std::vector<float> lg(V);
+    tf.forward(prompt.data(), prompt.size(), 0, kv, lg.data(), false);
+    cpu_first = lg;
+    int64_t pos = prompt.size();
+    for (int64_t s = 0; s < steps; ++s) {
+      const int32_t id = static_cast<int32_t>(std::max_element(lg.begin(), lg.end()) - lg.begin());
+      cpu_ids.push_back(id);
+      tf.forward(&id, 1, pos++, kv, lg.data(), false);
+    }
+  }
+  std::string err;
+  for (int mode = 0; mode < 2; ++mode) {  // 0 resident, 1 offloaded (one layer's slots)
+    std::unique_ptr<HostExperts> host;
+    CudaOffload off;
+    if (mode == 1) {
+      host = std::make_unique<HostExperts>(HostExperts::copy_of(*m));
+      off = {.experts = host.get(), .slots = c.n_experts};
+    }
+    CudaTransformer tf(*m, cap, 64, off);
+    std::vector<float> lg(V);
+    tf.forward(prompt.data(), prompt.size(), 0, lg.data(), false);
+    float mx = 0, md = 0;
+    for (int64_t i = 0; i < V; ++i)
+      mx = std::max(mx, std::fabs(cpu_first[i])), md = std::max(md, std::fabs(lg[i] - cpu_first[i]));
+    if (!(md <= 2e-2f * mx))
+      err += fmt::format("{} {}: prefill logits max|d| {} vs max {} ({})\n", tag,
+                         mode ? "offload" : "resident", md, mx, types);
+    int64_t pos = prompt.size();
+    for (int64_t s = 0; s < steps; ++s) {
+      const int32_t id = static_cast<int32_t>(std::max_element(lg.begin(), lg.end()) - lg.begin());
+      if (id != cpu_ids[s]) {
+        err += fmt::format("{} {}: greedy token {} is {}, CPU {} ({})\n", tag,
+                           mode ? "offload" : "resident", s, id, cpu_ids[s], types);
+        break;
+      }
+      tf.forward(&id, 1, pos++, lg.data(), false);
+    }
+  }
+  fs::remove_all(dir);
+  return err;
+}
+}  // namespace
+
+std::vector<Check> quant_checks(const std::string& fixtures_dir) {
+  std::vector<Check> out;
+  for (DType dt : formats()) {
+    const std::string n = fmt_name(dt);
+    out.push_back({"quant_dequant_" + n, [dt] { return check_dequant(dt); }});
+    out.push_back({"quant_gemv_" + n, [dt] { return check_gemv(dt); }});
+    out.push_back({"quant_gemm_" + n, [dt] { return check_gemm(dt); }});
+    if (dt != DType::NVFP4 && dt != DType::F8_E4M3_B128)
+      out.push_back({"quant_moe_" + n, [dt] { return check_moe(dt); }});
+  }
+  out.push_back({"quant_gguf_Q8_0", [fixtures_dir] { return check_gguf(fixtures_dir, 8, "q8_0"); }});
+  out.push_back({"quant_gguf_Q4_K", [fixtures_dir] { return check_gguf(fixtures_dir, 12, "q4_k"); }});
+  return out;
+}
+
+// GEMV bandwidth per format: weight bytes read per second for one token on [rows, cols]
+// matrices, beside the device-to-device copy bandwidth (read + write) measured here.
+std::string quant_bandwidth() {
+  std::string s;
+  const size_t cb = size_t{1} << 30;
+  double copy_bw = 0;
+  {
+    cuda::DeviceBuffer a(cb), b(cb);
+    for (int rep = 0; rep < 5; ++rep) {
+      cuda::synchronize();
+      const auto t0 = std::chrono::steady_clock::now();
+      cuda::copy_on_device(b.data(), a.data(), cb);
+      cuda::synchronize();
+      const double sec =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      copy_bw = std::max(copy_bw, 2.0 * cb / sec);
+    }
+  }
+  s += fmt::format("HBM (D2D copy, read+write): {:.0f} GB/s\n", copy_bw / 1e9);
+  s += "| format | matrix | MB | n=1 GB/s | % of copy | n=4 GB/s |\n|---|---|---|---|---|---|\n";
+  const int64_t shapes[][2] = {{14336, 4096}, {4096, 14336}, {98304, 2048}};
+  std::vector<DType> fs = formats();
+  fs.insert(fs.begin(), DType::BF16);
+  for (DType dt : fs)
+    for (auto [rows, cols] : shapes) {
+      const size_t bytes = dt == DType::BF16 ? rows * cols * 2
+                                             : dtype_row_bytes(dt, cols) * rows;
+      cuda::DeviceBuffer w(bytes), dsc;
+      cuda::memset_async(w.data(), 0x11, bytes);  // bytes: any finite codes
+      cuda::DeviceMatrix m{.data = w.data(), .dtype = dt, .rows = rows, .cols = cols};
+      if (dt == DType::F8_E4M3_B128) {
+        dsc = cuda::DeviceBuffer(quant::fp8_b128_scale_count(rows, cols) * sizeof(float));
+        cuda::memset_async(dsc.data(), 0, dsc.bytes());
+        m.scale_inv = dsc.as<float>();
+      }
+      auto x = up(randv(4 * cols, 1));
+      cuda::DeviceBuffer y(4 * rows * sizeof(float));
+      double bw[2] = {};
+      for (int k = 0; k < 2; ++k) {
+        const int64_t n = k == 0 ? 1 : 4;
+        cuda::gemv(x.as<float>(), n, m, y.as<float>());
+        cuda::synchronize();
+        const int reps = 20;
+        const auto t0 = std::chrono::steady_clock::now();
+        for (int r = 0; r < reps; ++r) cuda::gemv(x.as<float>(), n, m, y.as<float>());
+        cuda::synchronize();
+        const double sec =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / reps;
+        bw[k] = bytes / sec;
+      }
+      s += fmt::format("| {} | {}x{} | {:.1f} | {:.0f} | {:.0f}% | {:.0f} |\n", fmt_name(dt), rows,
+                       cols, bytes / 1e6, bw[0] / 1e9, 100 * bw[0] / copy_bw, bw[1] / 1e9);
+    }
+  return s;
+}
+
+}  // namespace ft::cuda_checks
