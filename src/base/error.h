@@ -15,6 +15,12 @@ struct Error : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// An allocation that did not fit (device or host memory): the engine fails the step's requests,
+// shrinks its caches and goes on.
+struct OutOfMemory : Error {
+  using Error::Error;
+};
+
 template <typename... Args>
 [[noreturn]] void fail(fmt::format_string<Args...> f, Args&&... args) {
   throw Error(fmt::format(f, std::forward<Args>(args)...));

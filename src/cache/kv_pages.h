@@ -33,6 +33,12 @@ class KvPagePool {
   int64_t page_tokens() const { return page_tokens_; }
   int64_t page_floats() const { return page_floats_; }
   size_t bytes() const { return n_pages() * page_floats_ * sizeof(float); }
+  size_t page_bytes() const { return page_floats_ * sizeof(float); }
+
+  // Re-sizes the pool to n_pages (>= n_used()), compacting the used pages to ids [0, n_used)
+  // in id order with their data and reference counts. Returns old id -> new id (-1: was free).
+  // The new block is allocated first: on failure (std::bad_alloc) nothing changed.
+  std::vector<int32_t> resize(int64_t n_pages);
 
  private:
   float* at(int32_t page, int kv, int64_t layer) const;

@@ -124,6 +124,20 @@ int64_t RadixCache::evict(int64_t n_pages) {
   return dropped;
 }
 
+void RadixCache::remap(const std::vector<int32_t>& map) {
+  std::function<void(Node&)> walk = [&](Node& n) {
+    for (auto& [k, c] : n.children) {
+      for (int32_t& p : c->pages) {
+        FT_CHECK(p >= 0 && p < static_cast<int32_t>(map.size()) && map[p] >= 0,
+                 "page {} has no new id", p);
+        p = map[p];
+      }
+      walk(*c);
+    }
+  };
+  walk(root_);
+}
+
 RadixCache::Stats RadixCache::stats() const {
   Stats s{.evicted_pages = evicted_pages_};
   std::function<void(const Node&)> walk = [&](const Node& n) {

@@ -49,6 +49,8 @@ class RadixCache {
   // Drops unlocked leaves, least recently used first, until n_pages pages were dropped or
   // nothing unlocked is left. Returns the number of pages dropped.
   int64_t evict(int64_t n_pages);
+  // Renames every stored page p to map[p] (after KvPagePool::resize compacted the pool).
+  void remap(const std::vector<int32_t>& map);
 
   Stats stats() const;
   int64_t page_tokens() const { return pool_.page_tokens(); }

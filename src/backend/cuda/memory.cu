@@ -6,8 +6,21 @@
 
 namespace ft::cuda {
 
+// An allocation that does not fit throws OutOfMemory (the engine shrinks its caches and goes
+// on); any other CUDA error still aborts.
 DeviceBuffer::DeviceBuffer(size_t bytes) : bytes_(bytes) {
-  if (bytes > 0) CUDA_CHECK(cudaMalloc(&data_, bytes));
+  if (bytes == 0) return;
+  const cudaError_t err = cudaMalloc(&data_, bytes);
+  if (err == cudaErrorMemoryAllocation) {
+    cudaGetLastError();  // clear the sticky-free error so later calls do not see it
+    data_ = nullptr;
+    bytes_ = 0;
+    size_t free_b = 0, total_b = 0;
+    cudaMemGetInfo(&free_b, &total_b);
+    throw OutOfMemory(fmt::format("cannot allocate {:.1f} MiB of GPU memory ({:.1f} MiB free)",
+                                  bytes / 1048576.0, free_b / 1048576.0));
+  }
+  CUDA_CHECK(err);
 }
 
 DeviceBuffer::~DeviceBuffer() {
