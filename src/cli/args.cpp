@@ -9,7 +9,9 @@
 #include <filesystem>
 
 #include "base/error.h"
+#include "engine/progress.h"
 #include "io/gguf.h"
+#include "model/ft_checkpoint.h"
 
 namespace ft::cli {
 
@@ -46,6 +48,13 @@ std::unique_ptr<Model> load_model(const std::string& dir) {
   if (is_gguf_path(dir)) return Model::load(dir);  // a .gguf file or the first split part
   if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
     fail("model directory {} does not exist", dir);
+  if (is_ft_checkpoint(dir)) {  // one large read: show it
+    std::unique_ptr<ProgressBar> bar;
+    return Model::load_ftc(dir, [&](size_t done, size_t total) {
+      if (!bar) bar = std::make_unique<ProgressBar>("loading " + dir, total);
+      bar->update(done);
+    });
+  }
   return Model::load(dir);
 }
 

@@ -12,5 +12,6 @@ void add_perplexity_command(CLI::App& app);  // perplexity.cpp
 void add_serve_command(CLI::App& app);     // serve.cpp
 void add_quantize_command(CLI::App& app);  // quantize.cpp
 void add_ctl_command(CLI::App& app);       // ctl.cpp
+void add_checkpoint_command(CLI::App& app);  // checkpoint.cpp
 
 }  // namespace ft::cli

@@ -23,6 +23,7 @@ int main(int argc, char** argv) {
   ft::cli::add_serve_command(app);
   ft::cli::add_quantize_command(app);
   ft::cli::add_ctl_command(app);
+  ft::cli::add_checkpoint_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -11,6 +11,7 @@
 #include "cli/commands.h"
 #include "io/gguf.h"
 #include "io/gguf_writer.h"
+#include "model/ft_checkpoint.h"
 #include "model/gguf_export.h"
 #include "quant/quant.h"
 #include "tokenizer/gguf_vocab.h"
@@ -20,7 +21,7 @@ namespace ft::cli {
 namespace {
 
 struct QuantizeOptions {
-  std::string in, out, type = "q8_0";
+  std::string in, out, type = "q8_0", out_format = "gguf";
   int split = 1;
 };
 
@@ -65,11 +66,30 @@ class Progress {
   std::chrono::steady_clock::time_point last_{};
 };
 
+// --out-format ftc: a fast-load checkpoint directory (model/ft_checkpoint.h) in the chosen type.
+void run_quantize_ftc(const QuantizeOptions& o) {
+  namespace fs = std::filesystem;
+  if (fs::exists(o.out) && !fs::is_directory(o.out))
+    fail("{}: --out-format ftc writes a directory, and this is a file", o.out);
+  if (fs::exists(o.in) && fs::exists(o.out) && fs::equivalent(o.in, o.out))
+    fail("{}: the output would overwrite the input", o.out);
+  auto model = load_model(o.in);
+  Progress progress;
+  write_ft_checkpoint(*model, o.in, o.out,
+                      {.type = o.type == "source" ? std::string() : o.type,
+                       .progress = [&](size_t d, size_t t) { progress(d, t); }});
+  std::fprintf(stderr, "ft quantize: %s -> %s (fast-load checkpoint, %s)\n", o.in.c_str(),
+               o.out.c_str(), o.type.c_str());
+  std::printf("%s\n", o.out.c_str());
+}
+
 void run_quantize(const QuantizeOptions& o) {
   namespace fs = std::filesystem;
+  if (o.out_format == "ftc") return run_quantize_ftc(o);
   const std::optional<uint32_t> type = parse_type(o.type);
   if (o.split < 1) fail("--split must be at least 1");
-  if (!is_gguf_path(o.out)) fail("{}: the output must be a .gguf file", o.out);
+  if (!is_gguf_path(o.out))
+    fail("{}: the output must be a .gguf file (or a directory with --out-format ftc)", o.out);
   if (fs::exists(o.in) && fs::exists(o.out) && fs::equivalent(o.in, o.out))
     fail("{}: the output would overwrite the input", o.out);
   auto model = load_model(o.in);
@@ -101,12 +121,16 @@ void add_quantize_command(CLI::App& app) {
   auto o = std::make_shared<QuantizeOptions>();
   auto* cmd = app.add_subcommand("quantize", "Write a GGUF file, its matrices quantized");
   cmd->add_option("IN", o->in, "HF checkpoint directory or .gguf file")->required();
-  cmd->add_option("OUT", o->out, "Output .gguf file")->required();
+  cmd->add_option("OUT", o->out, "Output .gguf file (a directory with --out-format ftc)")->required();
   cmd->add_option("--type", o->type,
                   "q8_0, q4_0, q4_1, q2_k..q6_k, iq4_nl, iq4_xs, mxfp4, f16, bf16, f32, or source "
                   "(keep each tensor's own type)")
       ->capture_default_str();
   cmd->add_option("--split", o->split, "Write N parts <name>-0000k-of-0000N.gguf")
+      ->capture_default_str();
+  cmd->add_option("--out-format", o->out_format,
+                  "gguf, or ftc: a fast-load checkpoint directory (also takes --type nvfp4, fp8)")
+      ->check(CLI::IsMember({"gguf", "ftc"}))
       ->capture_default_str();
   cmd->callback([o] { run_quantize(*o); });
 }

@@ -8,6 +8,8 @@
 #include "base/half.h"
 #include "base/log.h"
 #include "model/model.h"
+#include "model/quant_checkpoint.h"
+#include "quant/quant.h"
 
 namespace ft {
 
@@ -15,6 +17,7 @@ namespace {
 struct Resolver {
   const SafetensorsSet& files;
   const ModelConfig& c;
+  std::vector<std::vector<uint8_t>>& owned;  // ModelWeights::owned: repacked quantized tensors
 
   static bool float_type(DType t) {
     return t == DType::F32 || t == DType::F16 || t == DType::BF16;
@@ -35,10 +38,18 @@ struct Resolver {
     }
   }
 
-  TensorView matrix(const std::string& name, int64_t rows, int64_t cols) const {
+  // A weight of this shape, plain or quantized (FP8 block / NVFP4 / ModelOpt FP8 checkpoints:
+  // model/quant_checkpoint.h).
+  TensorView weight(const std::string& name, std::initializer_list<int64_t> shape) const {
+    TensorView q;
+    if (quantized_view(files, name, shape, owned, &q)) return q;
     const TensorView& v = files.get(name);
-    check(v, {rows, cols});
+    check(v, shape);
     return v;
+  }
+
+  TensorView matrix(const std::string& name, int64_t rows, int64_t cols) const {
+    return weight(name, {rows, cols});
   }
 
   std::vector<float> vec(const std::string& name, int64_t n) const {
@@ -82,10 +93,12 @@ struct Resolver {
     const int64_t E = c.n_experts, I = c.expert_dim, H = c.hidden;
     std::vector<ExpertWeights> out(E);
     if (files.has(p + "experts.gate_up_proj")) {  // stacked (transformers 5)
-      const TensorView& gu = files.get(p + "experts.gate_up_proj");
-      const TensorView& down = files.get(p + "experts.down_proj");
-      check(gu, {E, 2 * I, H});
-      check(down, {E, H, I});
+      const TensorView gu = weight(p + "experts.gate_up_proj", {E, 2 * I, H});
+      const TensorView down = weight(p + "experts.down_proj", {E, H, I});
+      if (gu.scale_inv && I % 128)
+        fail("{}: {}experts.gate_up_proj is FP8 with 128x128 block scales but its gate/up "
+             "split ({} rows) is not a multiple of 128; store the experts per expert",
+             files.dir(), p, I);
       for (int64_t e = 0; e < E; ++e) {
         TensorView s = gu.slice0(e);
         out[e] = {.gate = s.rows(0, I), .up = s.rows(I, 2 * I), .down = down.slice0(e)};
@@ -117,15 +130,27 @@ struct Resolver {
     DeltaNetWeights out;
     if (files.has(p + "in_proj_qkvz.weight")) {
       const int64_t hk = d.k_head_dim, r = d.n_v_heads / d.n_k_heads, rv = r * d.v_head_dim;
-      const TensorView qkvz = matrix(p + "in_proj_qkvz.weight", 2 * K + 2 * V, H);
-      const TensorView ba = matrix(p + "in_proj_ba.weight", 2 * nv, H);
+      // FP8 block scales move with whole 128-row blocks; when the head groups are not aligned
+      // to them the fused matrices are expanded to f32 first.
+      const bool fp8_aligned = hk % 128 == 0 && rv % 128 == 0 && K % 128 == 0;
+      TensorView qkvz = matrix(p + "in_proj_qkvz.weight", 2 * K + 2 * V, H);
+      TensorView ba = matrix(p + "in_proj_ba.weight", 2 * nv, H);
+      if (qkvz.scale_inv && !fp8_aligned) qkvz = dequantized_f32(qkvz, w.owned);
+      if (ba.scale_inv) ba = dequantized_f32(ba, w.owned);
       const size_t row = dtype_row_bytes(qkvz.dtype, H);
+      const size_t ba_row = dtype_row_bytes(ba.dtype, H);
+      const int64_t scale_cols = (H + 127) / 128;
       auto rebuilt = [&](const TensorView& src, int64_t rows, const char* what) {
-        w.owned.emplace_back(static_cast<size_t>(rows) * row);
+        const size_t rb = &src == &ba ? ba_row : row;
+        w.owned.emplace_back(static_cast<size_t>(rows) * rb);
         TensorView t = src;
         t.shape = {rows, H, 1, 1};
         t.data = w.owned.back().data();
         t.name = p + what;
+        if (src.scale_inv) {
+          auto& s = w.owned.emplace_back(static_cast<size_t>((rows + 127) / 128 * scale_cols) * 4);
+          t.scale_inv = reinterpret_cast<const float*>(s.data());
+        }
         return t;
       };
       out.qkv = rebuilt(qkvz, d.conv_dim(), "in_proj_qkv (from in_proj_qkvz)");
@@ -134,8 +159,13 @@ struct Resolver {
       out.a = rebuilt(ba, nv, "in_proj_a (from in_proj_ba)");
       auto copy = [&](const TensorView& src, int64_t from, int64_t n, const TensorView& dst,
                       int64_t to) {
-        std::memcpy(static_cast<uint8_t*>(const_cast<void*>(dst.data)) + to * row,
-                    static_cast<const uint8_t*>(src.data) + from * row, n * row);
+        const size_t rb = &src == &ba ? ba_row : row;
+        std::memcpy(static_cast<uint8_t*>(const_cast<void*>(dst.data)) + to * rb,
+                    static_cast<const uint8_t*>(src.data) + from * rb, n * rb);
+        if (src.scale_inv)  // aligned (checked above): whole 128-row scale rows
+          std::memcpy(const_cast<float*>(dst.scale_inv) + to / 128 * scale_cols,
+                      src.scale_inv + from / 128 * scale_cols,
+                      static_cast<size_t>((n + 127) / 128 * scale_cols) * 4);
       };
       const int64_t width = 2 * hk + 2 * rv;  // rows of one key head's group in in_proj_qkvz
       for (int64_t g = 0; g < d.n_k_heads; ++g) {
@@ -189,12 +219,14 @@ WeightNames resolve_root(const WeightNames& in, const SafetensorsSet& files) {
 ModelWeights load_weights(const ModelConfig& c, const WeightNames& names,
                           const SafetensorsSet& files) {
   const WeightNames n = resolve_root(names, files);
-  Resolver r{files, c};
   ModelWeights w;
-  w.embed = r.matrix(n.embed, c.vocab_size, c.hidden);
+  Resolver r{files, c, w.owned};
+  const TensorView embed = r.matrix(n.embed, c.vocab_size, c.hidden);
+  // The lookup reads plain floats; a quantized table (rare: quantizers keep it) is expanded.
+  w.embed = dtype_is_quant(embed.dtype) ? dequantized_f32(embed, w.owned) : embed;
   w.final_norm = r.norm(n.final_norm, c.hidden);
   if (c.tie_embeddings || !files.has(n.lm_head))
-    w.lm_head = w.embed;
+    w.lm_head = embed;
   else
     w.lm_head = r.matrix(n.lm_head, c.vocab_size, c.hidden);
   w.layers.resize(c.n_layers);

@@ -7,6 +7,8 @@
 #include "base/half.h"
 #include "base/log.h"
 #include "io/gguf.h"
+#include "model/ft_checkpoint.h"
+#include "model/quant_checkpoint.h"
 
 namespace ft {
 
@@ -35,6 +37,7 @@ size_t Model::matrix_bytes() const {
 
 std::unique_ptr<Model> Model::load(const std::string& dir) {
   if (is_gguf_path(dir)) return load_gguf(dir);
+  if (is_ft_checkpoint(dir)) return load_ftc(dir);
   nlohmann::json raw;
   ModelConfig config = read_model_config(dir, &raw);
   const Family* family = find_family(config.model_type);
@@ -43,6 +46,7 @@ std::unique_ptr<Model> Model::load(const std::string& dir) {
          config.model_type, supported_families());
   family->configure(JsonReader{raw, dir + "/config.json"}, config);
   validate_config(config, dir + "/config.json");
+  checkpoint_quant_scheme(dir, raw);  // an unsupported quantization fails here, by name
   std::unique_ptr<Model> m(new Model());
   m->dir_ = dir;
   m->config_ = std::move(config);

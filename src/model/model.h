@@ -1,5 +1,6 @@
 // A loaded model: config + immutable weights (views into mmapped files or an owned arena).
 #pragma once
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -19,6 +20,10 @@ class Model {
   // Loads a .gguf file (or the first of its split parts): model/gguf_loader.cpp. load() calls
   // it for paths ending in .gguf.
   static std::unique_ptr<Model> load_gguf(const std::string& path);
+  // Loads a fast-load checkpoint directory (model/ft_checkpoint.h: one large O_DIRECT read);
+  // load() calls it for a directory holding ft_checkpoint.json. progress(done, total) bytes.
+  static std::unique_ptr<Model> load_ftc(
+      const std::string& dir, const std::function<void(size_t, size_t)>& progress = {});
 
   // A model with random bf16 weights made in memory (benchmarks; no file).
   static std::unique_ptr<Model> synthetic(const ModelConfig& config, uint64_t seed);
@@ -35,7 +40,8 @@ class Model {
   ModelConfig config_;
   std::unique_ptr<SafetensorsSet> files_;
   std::vector<std::vector<uint16_t>> arena_;  // synthetic weights
-  std::shared_ptr<void> storage_;             // GGUF: mapped files + tensors rebuilt at load
+  std::shared_ptr<void> storage_;             // GGUF: mapped files + tensors rebuilt at load;
+                                              // fast-load: the weight buffer
   ModelWeights weights_;
 };
 
