@@ -48,9 +48,10 @@ std::unique_ptr<Model> load_model(const std::string& dir) {
   if (is_gguf_path(dir)) return Model::load(dir);  // a .gguf file or the first split part
   if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
     fail("model directory {} does not exist", dir);
-  if (is_ft_checkpoint(dir)) {  // one large read: show it
+  if (is_ft_checkpoint(dir)) {  // one large read: a progress bar when it takes a while
     std::unique_ptr<ProgressBar> bar;
     return Model::load_ftc(dir, [&](size_t done, size_t total) {
+      if (total < (size_t{256} << 20)) return;
       if (!bar) bar = std::make_unique<ProgressBar>("loading " + dir, total);
       bar->update(done);
     });
