@@ -60,8 +60,11 @@ __device__ __forceinline__ uint4 load16(const uint8_t* p, const uint8_t* end) {
   return v;
 }
 
+// Occupancy bound: at least 4 blocks (32 warps) per SM for one token, so enough row loads are
+// in flight between the warps' decode phases (unbounded, the compiler took ~2 blocks' worth).
 template <class F, int NT>
-__global__ void __launch_bounds__(32 * k_warps) qgemv_kernel(const __grid_constant__ QParams p) {
+__global__ void __launch_bounds__(32 * k_warps, NT == 1 ? 4 : 2)
+    qgemv_kernel(const __grid_constant__ QParams p) {
   using Gm = Geometry<F>;
   using Block = typename Gm::Block;
   constexpr int R = k_rows_per_warp, G = Gm::kG, BB = Gm::kBB, CB = Gm::kCB;
