@@ -262,6 +262,9 @@ cuda::DeviceExperts CudaTransformer::upload_experts(const std::vector<ExpertWeig
   if (e0.gate.dtype == DType::F8_E4M3_B128 || e0.gate.dtype == DType::NVFP4)
     fail("{}: {} experts are not supported on CUDA yet (per-expert scales)", e0.gate.name,
          dtype_name(e0.gate.dtype));
+  if (e0.down.dtype != e0.gate.dtype || e0.up.dtype != e0.gate.dtype)
+    fail("{}: experts mix {} and {} (e.g. a Q4_K_M file's Q6_K down); CUDA needs one expert dtype",
+         e0.down.name, dtype_name(e0.gate.dtype), dtype_name(e0.down.dtype));
   cuda::DeviceExperts d{.dtype = e0.gate.dtype,
                         .n_experts = static_cast<int64_t>(experts.size()),
                         .hidden = e0.gate.shape[1],
