@@ -43,6 +43,15 @@ class PrefixCache {
   void save(std::span<const int32_t> tokens, int64_t n, const KVCache& kv, bool snapshot);
 
   PrefixCacheStats stats() const;
+  // Live resize between steps (no restore/save in flight): the page pool to kv_pages (shrink
+  // evicts LRU leaves, then compacts; locked pages are never dropped) and/or the snapshot pool
+  // to snapshot_bytes; -1 keeps a pool. Throws ft::Error when the locked pages do not fit, and
+  // OutOfMemory when the new block cannot be allocated; nothing changes then.
+  void resize(int64_t kv_pages, int64_t snapshot_bytes);
+  // Bytes of the largest snapshot (all recurrent state plus a page's tail of KV): the unit of
+  // the "state" pool.
+  size_t snapshot_unit_bytes() const;
+  size_t page_bytes() const { return pool_.page_bytes(); }
   void check_invariants() const;  // aborts on leaked or doubly-held pages
   bool hybrid() const { return c_.has_delta(); }
   int64_t page_tokens() const { return pool_.page_tokens(); }

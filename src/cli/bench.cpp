@@ -8,6 +8,7 @@
 #include "base/error.h"
 #include "base/timer.h"
 #include "cli/bench_bw.h"
+#include "cli/bench_elastic.h"
 #include "cli/bench_offload.h"
 #include "cli/commands.h"
 #include "engine/sampler.h"
@@ -118,6 +119,7 @@ void add_bench_command(CLI::App& app) {
   });
   add_bench_offload_command(*bench);
   add_bench_bw_command(*bench);
+  add_bench_elastic_command(*bench);
 }
 
 }  // namespace ft::cli

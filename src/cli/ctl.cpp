@@ -26,7 +26,7 @@ struct CtlOptions {
   int64_t max_tokens = 64;
   double temperature = 0;
   // cache
-  int64_t moe = -1, kv = -1, state = -1;
+  int64_t moe = -1, kv = -1, state = -1, prefix = -1;
   double wait_s = 0;
 };
 
@@ -158,7 +158,7 @@ void print_cache(const json& j) {
 }
 
 void cmd_cache(const CtlOptions& o) {
-  const bool resize = o.moe >= 0 || o.kv >= 0 || o.state >= 0;
+  const bool resize = o.moe >= 0 || o.kv >= 0 || o.state >= 0 || o.prefix >= 0;
   if (!resize) {
     const json j = call(o, "GET", "/v1/cache/status");
     if (o.json_out) return fmt::print("{}\n", j.dump(2));
@@ -168,6 +168,7 @@ void cmd_cache(const CtlOptions& o) {
   if (o.moe >= 0) body["moe_slots"] = o.moe;
   if (o.kv >= 0) body["kv_tokens"] = o.kv;
   if (o.state >= 0) body["state_slots"] = o.state;
+  if (o.prefix >= 0) body["prefix_tokens"] = o.prefix;
   if (o.wait_s > 0) body["wait_s"] = o.wait_s;
   const json j = call(o, "POST", "/v1/cache/rebuild", &body);
   if (o.json_out) return fmt::print("{}\n", j.dump(2));
@@ -200,6 +201,8 @@ void add_ctl_command(CLI::App& app) {
   auto* cache = ctl->add_subcommand("cache", "Show the memory pools, or resize them live");
   cache->add_option("--moe", o->moe, "Expert-cache slots to resize to")->check(CLI::NonNegativeNumber);
   cache->add_option("--kv", o->kv, "KV tokens to resize to")->check(CLI::NonNegativeNumber);
+  cache->add_option("--prefix", o->prefix, "Prefix-cache KV tokens to resize to")
+      ->check(CLI::NonNegativeNumber);
   cache->add_option("--state", o->state, "Recurrent-state snapshots to resize to")
       ->check(CLI::NonNegativeNumber);
   cache->add_option("--wait", o->wait_s, "Wait up to S seconds for the resize to be applied")

@@ -171,9 +171,32 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--moe-cache-rate", o->backend.moe_cache_rate,
                   "GPU expert slots as a fraction of all experts")
       ->check(CLI::Range(0.0, 1.0))->excludes(cache_size);
+  // Elastic memory (issue #9): the free-VRAM watcher that shrinks and grows the expert cache.
+  auto elastic_on = std::make_shared<std::string>("on");
+  auto elastic_floor = std::make_shared<std::string>(), elastic_margin = std::make_shared<std::string>();
+  cmd->add_option("--elastic", *elastic_on,
+                  "on|off: shrink the expert cache (then the prefix cache) when free VRAM falls "
+                  "below --elastic-floor, grow it back when memory returns")
+      ->check(checked([](const std::string& v) { parse_on_off("--elastic", v); }))
+      ->capture_default_str();
+  cmd->add_option("--elastic-floor", *elastic_floor,
+                  "Free VRAM to keep for other processes, e.g. 2GiB (default: 5% of the GPU)")
+      ->check(checked([](const std::string& v) { parse_size(v); }));
+  cmd->add_option("--elastic-margin", *elastic_margin,
+                  "Free VRAM above the floor before growing back (default: max(floor/2, 256MiB))")
+      ->check(checked([](const std::string& v) { parse_size(v); }));
+  cmd->add_option("--elastic-interval-ms", o->engine.elastic.interval_ms,
+                  "Milliseconds between free-VRAM readings")
+      ->check(CLI::Range(10, 60000))->capture_default_str();
+  cmd->add_option("--elastic-grow-cooldown", o->engine.elastic.grow_cooldown_s,
+                  "Seconds after a resize before the watcher grows a pool")
+      ->check(CLI::Range(0.0, 3600.0))->capture_default_str();
   auto* ctx = cmd->get_option("--ctx-size");
-  cmd->callback([o, ctx] {
+  cmd->callback([o, ctx, elastic_on, elastic_floor, elastic_margin] {
     o->backend.ctx_size_given = ctx->count() > 0;
+    o->engine.elastic.on = parse_on_off("--elastic", *elastic_on);
+    if (!elastic_floor->empty()) o->engine.elastic.floor_bytes = parse_size(*elastic_floor);
+    if (!elastic_margin->empty()) o->engine.elastic.grow_margin_bytes = parse_size(*elastic_margin);
     run_serve(*o);
   });
 }

@@ -1,6 +1,8 @@
 // CpuRunner: the whole model on the CPU thread pool, one KVCache per open sequence.
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "backend/cpu/kernels.h"
 #include "base/error.h"
 #include "engine/runner.h"
@@ -23,6 +25,8 @@ class CpuRunner : public Runner {
   void open(int seq) override {
     FT_CHECK(seq >= 0 && seq < max_seqs() && !kv_[seq], "slot {}", seq);
     kv_[seq] = std::make_unique<KVCache>(model_.config(), capacity_);
+    len_.resize(kv_.size(), 0);
+    len_[seq] = 0;
   }
   void close(int seq) override { kv_.at(seq).reset(); }
   bool host_caches() const override { return true; }
@@ -33,6 +37,7 @@ class CpuRunner : public Runner {
     for (const RunnerStep& s : steps) {
       FT_CHECK(s.seq >= 0 && s.seq < max_seqs() && kv_[s.seq], "slot {} is not open", s.seq);
       batch_.push_back({kv_[s.seq].get(), s.ids, s.n, s.pos0, s.logits});
+      len_[s.seq] = std::max(len_[s.seq], s.pos0 + s.n);
     }
     tf_.forward_batch(batch_);
     ++stats_.steps;
@@ -42,6 +47,28 @@ class CpuRunner : public Runner {
     RunnerStats s = stats_;
     s.kv_tokens = capacity_ * max_seqs();
     return s;
+  }
+  // Elastic memory: the "kv" pool is every slot's capacity; a resize changes the capacity of
+  // caches opened from now on (open caches are separate allocations and stay as they are).
+  std::vector<PoolInfo> pools() const override {
+    const ModelConfig& c = model_.config();
+    size_t per_token = 0;  // k and v of every attention layer
+    for (int64_t l = 0; l < c.n_layers; ++l)
+      if (!c.is_delta(l)) per_token += 2 * c.kv_dim() * sizeof(float);
+    int64_t used = 0;
+    for (size_t s = 0; s < len_.size(); ++s)
+      if (kv_[s]) used += len_[s];
+    return {{.name = "kv", .unit = "tokens", .size = capacity_ * max_seqs(), .used = used,
+             .min = 16 * max_seqs(), .max = 4 * initial_capacity_ * max_seqs(),
+             .bytes = per_token * static_cast<size_t>(capacity_ * max_seqs()),
+             .unit_bytes = per_token}};
+  }
+  void resize(const ResizeTarget& t) override {
+    if (t.moe_slots >= 0) fail("the CPU backend has no expert cache to resize");
+    if (t.kv_tokens >= 0) {
+      FT_CHECK(t.kv_tokens / max_seqs() > 0, "kv_tokens {}", t.kv_tokens);
+      capacity_ = t.kv_tokens / max_seqs();
+    }
   }
   size_t weight_bytes() const override { return model_.matrix_bytes(); }
   size_t kv_bytes() const override {
@@ -56,6 +83,8 @@ class CpuRunner : public Runner {
   ThreadPool pool_;
   Transformer tf_;
   int64_t capacity_;
+  int64_t initial_capacity_ = capacity_;
+  std::vector<int64_t> len_;  // [max_seqs] tokens each open slot holds (pools' "used")
   std::vector<std::unique_ptr<KVCache>> kv_;  // [max_seqs]; null while the slot is free
   std::vector<SeqStep> batch_;
   RunnerStats stats_;

@@ -65,8 +65,74 @@ class CudaRunner : public Runner {
   int max_seqs() const override { return tf_.max_seqs(); }
   int64_t capacity() const override { return tf_.capacity(); }
   int64_t max_chunk() const override { return tf_.max_chunk(); }
-  void open(int seq) override { FT_CHECK(seq >= 0 && seq < max_seqs(), "slot {}", seq); }
-  void close(int) override {}
+  void open(int seq) override {
+    FT_CHECK(seq >= 0 && seq < max_seqs(), "slot {}", seq);
+    open_.at(seq) = true;
+  }
+  void close(int seq) override { open_.at(seq) = false; }
+
+  // Elastic memory (issue #9): "moe" (offload: the slot pool) and "kv" (every slot's capacity).
+  // Limits: a pool may grow by what the budget has left; the engine checks combined targets.
+  std::vector<PoolInfo> pools() const override {
+    std::vector<PoolInfo> p;
+    const size_t left = base_.memory_budget > base_.memory_planned
+                            ? base_.memory_budget - base_.memory_planned : 0;
+    const ModelConfig& c = model_.config();
+    if (host_) {
+      const GpuExpertStore* s = tf_.expert_store();
+      const int64_t all = host_->moe_layers * host_->n_experts;
+      const size_t unit = host_->expert_bytes();
+      p.push_back({.name = "moe", .unit = "slots", .size = s->slots(), .used = s->slots(),
+                   .min = host_->n_experts,
+                   .max = std::min<int64_t>(all, s->slots() + static_cast<int64_t>(left / unit)),
+                   .bytes = unit * static_cast<size_t>(s->slots()), .unit_bytes = unit, .device = true});
+    } else if (c.n_experts > 0) {
+      const int64_t all = base_.experts_total;
+      p.push_back({.name = "moe", .unit = "slots", .size = all, .used = all, .min = all,
+                   .max = all, .device = true});
+    }
+    const size_t tok = tf_.kv_token_bytes();
+    const int64_t size = tf_.capacity() * max_seqs();
+    int64_t used = 0;
+    for (int s = 0; s < max_seqs(); ++s) used += open_[s] ? tf_.capacity() : 0;
+    p.push_back({.name = "kv", .unit = "tokens", .size = size, .used = used,
+                 .min = 16 * max_seqs(),
+                 .max = (size + static_cast<int64_t>(left / std::max<size_t>(tok, 1))) /
+                        max_seqs() * max_seqs(),
+                 .bytes = tok * static_cast<size_t>(size), .unit_bytes = tok, .device = true});
+    return p;
+  }
+  void resize(const ResizeTarget& t) override {
+    const int64_t old_slots = tf_.expert_store() ? tf_.expert_store()->slots() : -1;
+    const int64_t old_kv = tf_.capacity() * max_seqs();
+    if (t.moe_slots >= 0) {
+      if (!host_ && t.moe_slots != base_.experts_total)
+        fail("every expert is resident (fused backend): the expert cache cannot be resized");
+      if (host_) tf_.resize_expert_slots(t.moe_slots);
+    }
+    if (t.kv_tokens >= 0) {
+      try {
+        tf_.resize_kv(t.kv_tokens / max_seqs(), open_);
+      } catch (...) {  // roll the expert pool back too
+        if (old_slots >= 0 && tf_.expert_store()->slots() != old_slots)
+          tf_.resize_expert_slots(old_slots);
+        throw;
+      }
+    }
+    // The plan follows what is allocated now.
+    if (host_) {
+      const int64_t slots = tf_.expert_store()->slots();
+      base_.memory_planned += (slots - old_slots) * static_cast<int64_t>(host_->expert_bytes());
+      base_.expert_slots = slots;
+    }
+    const int64_t kv = tf_.capacity() * max_seqs();
+    base_.memory_planned += (kv - old_kv) * static_cast<int64_t>(tf_.kv_token_bytes());
+    base_.kv_tokens = kv;
+  }
+  bool device_memory(size_t* free_bytes, size_t* total_bytes) const override {
+    cuda::memory_info(free_bytes, total_bytes);
+    return true;
+  }
 
   void forward_batch(std::span<const RunnerStep> steps) override {
     batch_.clear();
@@ -108,6 +174,7 @@ class CudaRunner : public Runner {
   CudaTransformer tf_;
   RunnerStats base_;
   std::vector<CudaSeqStep> batch_;
+  std::vector<bool> open_ = std::vector<bool>(tf_.max_seqs(), false);
 };
 
 // The bandwidth profile's entry for this GPU and format; a broken file is a warning here.

@@ -3,6 +3,7 @@
 #include "engine/engine.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 
 #include "base/error.h"
@@ -71,7 +72,33 @@ Engine::Engine(std::unique_ptr<Model> model, std::unique_ptr<Tokenizer> tok, Eng
     stats_.prefix = prefix_->stats();
   }
   stats_.runner = runner_->stats();
+  ctx_ = opt_.ctx_size;
+  if (prefix_) {  // live-resize limits of the prefix pools: 4x the start-up size
+    prefix_max_tokens_ = 4 * std::max(prefix_tokens, opt_.ctx_size * opt_.max_running);
+    state_max_slots_ = 4 * std::max<int64_t>(
+        16, static_cast<int64_t>(opt_.prefix_snapshot_bytes / prefix_->snapshot_unit_bytes()));
+  }
+  {
+    size_t f = 0, t = 0;
+    host_pools_watched_ = !runner_->device_memory(&f, &t);
+  }
+  pools_ = collect_pools({});
+  if (const PoolInfo* p = find_pool(pools_, "moe")) want_.moe_slots = p->size;
+  if (const PoolInfo* p = find_pool(pools_, "prefix_kv")) want_.prefix_tokens = p->size;
   thread_ = std::thread([this] { loop(); });
+  size_t free_b = 0, total_b = 0;
+  const bool probe = opt_.memory_probe ? opt_.memory_probe(&free_b, &total_b)
+                                       : runner_->device_memory(&free_b, &total_b);
+  if (opt_.elastic.on && probe) {
+    {
+      std::lock_guard lock(mu_);
+      stats_.elastic.watching = true;
+    }
+    FT_LOG_INFO("elastic memory: on, floor {:.2f} GiB free of {:.2f} GiB, every {} ms",
+                elastic_floor(opt_.elastic, total_b) / double(1 << 30), total_b / double(1 << 30),
+                opt_.elastic.interval_ms);
+    watcher_ = std::thread([this] { watch(); });
+  }
 }
 
 Engine::~Engine() {
@@ -80,7 +107,9 @@ Engine::~Engine() {
     stop_ = true;
   }
   cv_.notify_all();
+  watch_cv_.notify_all();
   thread_.join();
+  if (watcher_.joinable()) watcher_.join();
   for (auto& r : waiting_) {
     Event e;
     e.kind = Event::Kind::DONE;
@@ -98,10 +127,11 @@ void Engine::submit(const std::shared_ptr<Request>& req) {
       throw RequestError(400, fmt::format("token id {} is outside the vocabulary [0, {})", id,
                                           c.vocab_size));
   if (req->max_tokens < 1) throw RequestError(400, "max_tokens must be at least 1");
-  if (n + req->max_tokens > opt_.ctx_size)
+  const int64_t ctx = ctx_.load();
+  if (n + req->max_tokens > ctx)
     throw RequestError(400, fmt::format(
         "this model's context is {} tokens, but the request needs {} ({} in the prompt, {} to "
-        "generate); shorten the prompt or lower max_tokens", opt_.ctx_size, n + req->max_tokens,
+        "generate); shorten the prompt or lower max_tokens", ctx, n + req->max_tokens,
         n, req->max_tokens));
   std::lock_guard lock(mu_);
   if (static_cast<int>(waiting_.size()) >= opt_.max_queue)
@@ -195,11 +225,29 @@ void Engine::loop() {
   for (;;) {
     {
       std::unique_lock lock(mu_);
-      cv_.wait(lock, [&] { return stop_ || !waiting_.empty() || !running.empty(); });
+      cv_.wait(lock, [&] {
+        return stop_ || !waiting_.empty() || !running.empty() || !resizes_.empty();
+      });
       if (stop_) break;
+    }
+    apply_resizes(running);  // the safe point: between steps, requests keep their slots
+    {
+      std::lock_guard lock(mu_);
       while (static_cast<int>(running.size()) < opt_.max_running && !waiting_.empty()) {
         auto req = std::move(waiting_.front());
         waiting_.pop_front();
+        const int64_t need = static_cast<int64_t>(req->prompt.size()) + req->max_tokens;
+        if (need > ctx_.load()) {  // the KV was resized below it after it was accepted
+          Event e;
+          e.kind = Event::Kind::DONE;
+          e.finish = FinishReason::ERROR;
+          e.error = fmt::format("the context shrank to {} tokens (a live KV resize) while the "
+                                "request, which needs {}, waited; retry with fewer tokens",
+                                ctx_.load(), need);
+          req->events.push(std::move(e));
+          ++stats_.requests_finished;
+          continue;
+        }
         const int seq = free_seqs_.back();
         free_seqs_.pop_back();
         running.push_back(std::make_unique<Slot>(std::move(req), *tok_, model_->config(),
@@ -208,19 +256,47 @@ void Engine::loop() {
       stats_.running = static_cast<int64_t>(running.size());
       stats_.waiting = static_cast<int64_t>(waiting_.size());
     }
-    try {
-      step(running);
-    } catch (const std::exception& e) {  // never take the server down: fail the batch
-      FT_LOG_WARN("engine step failed: {}", e.what());
+    auto fail_batch = [&](const std::string& why) {
       for (auto& s : running) {
         Event ev;
         ev.kind = Event::Kind::DONE;
         ev.finish = FinishReason::ERROR;
-        ev.error = e.what();
+        ev.error = why;
         s->req->events.push(std::move(ev));
       }
       release(running, running.begin());
+    };
+    try {
+      try {
+        step(running);
+      } catch (const std::bad_alloc&) {
+        throw OutOfMemory("host memory allocation failed");
+      }
+    } catch (const OutOfMemory& e) {
+      // Out of memory: shrink the caches and run the step again (its tokens were not taken:
+      // the KV positions it wrote are written again). A recurrent state cannot be rewound,
+      // and a second failure fails the step's requests; the engine goes on either way.
+      FT_LOG_WARN("out of memory in a step ({}): shrinking the caches", e.what());
+      {
+        std::lock_guard lock(mu_);
+        ++stats_.elastic.oom_events;
+      }
+      bool ok = false;
+      std::string why = fmt::format("out of memory: {}", e.what());
+      if (shrink_after_oom(running) && !model_->config().has_delta()) {
+        try {
+          step(running);
+          ok = true;
+        } catch (const std::exception& e2) {
+          why = fmt::format("out of memory: {}", e2.what());
+        }
+      }
+      if (!ok) fail_batch(why + "; the engine shrank its caches, retry the request");
+    } catch (const std::exception& e) {  // never take the server down: fail the batch
+      FT_LOG_WARN("engine step failed: {}", e.what());
+      fail_batch(e.what());
     }
+    publish_pools(running);
     {
       std::lock_guard lock(mu_);
       stats_.running = static_cast<int64_t>(running.size());
@@ -420,6 +496,250 @@ void Engine::step(std::vector<std::unique_ptr<Slot>>& running) {
   release(running, std::stable_partition(running.begin(), running.end(), [&](auto& s) {
     return std::find(ended.begin(), ended.end(), s.get()) == ended.end();
   }));
+}
+
+
+// ---- Elastic memory (issue #9) ----
+
+std::vector<PoolInfo> Engine::collect_pools(
+    const std::vector<std::unique_ptr<Slot>>& running) const {
+  std::vector<PoolInfo> pools = runner_->pools();
+  for (PoolInfo& p : pools) {
+    if (p.name != "kv") continue;
+    // A KV resize may not cut a running request: each slot must still hold prompt + output.
+    int64_t need = 0;
+    for (const auto& s : running)
+      need = std::max(need, s->prompt_len + s->req->max_tokens);
+    p.min = std::max(p.min, need * runner_->max_seqs());
+  }
+  if (prefix_) {
+    const PrefixCacheStats s = prefix_->stats();
+    const size_t page = prefix_->page_bytes(), unit = prefix_->snapshot_unit_bytes();
+    pools.push_back({.name = "prefix_kv", .unit = "tokens",
+                     .size = s.pages_total * s.page_tokens, .used = s.pages_used * s.page_tokens,
+                     .min = 0, .max = prefix_max_tokens_, .bytes = s.kv_bytes,
+                     .unit_bytes = page / static_cast<size_t>(s.page_tokens),
+                     .device = host_pools_watched_});
+    pools.push_back({.name = "state", .unit = "snapshots",
+                     .size = static_cast<int64_t>(s.snapshot_budget / unit),
+                     .used = static_cast<int64_t>((s.snapshot_bytes + unit - 1) / unit),
+                     .min = 0, .max = state_max_slots_, .bytes = s.snapshot_budget,
+                     .unit_bytes = unit, .device = host_pools_watched_});
+  }
+  return pools;
+}
+
+void Engine::publish_pools(const std::vector<std::unique_ptr<Slot>>& running) {
+  std::vector<PoolInfo> p = collect_pools(running);
+  std::lock_guard lock(mu_);
+  pools_ = std::move(p);
+}
+
+std::vector<PoolInfo> Engine::pools() const {
+  std::lock_guard lock(mu_);
+  return pools_;
+}
+
+int64_t Engine::submit_resize(const ResizeTarget& t, const std::string& source) {
+  std::lock_guard lock(mu_);
+  try {
+    check_resize_target(pools_, t, stats_.runner.memory_budget, stats_.runner.memory_planned);
+  } catch (const Error& e) {
+    throw RequestError(400, e.what());
+  }
+  const int64_t id = ++next_resize_id_;
+  resizes_.push_back({id, t, source});
+  ResizeResult queued;
+  queued.id = id;
+  queued.source = source;
+  results_[id] = queued;
+  while (results_.size() > 256) results_.erase(results_.begin());
+  stats_.elastic.pending = static_cast<int64_t>(resizes_.size());
+  cv_.notify_all();
+  return id;
+}
+
+ResizeResult Engine::resize_result(int64_t id, double wait_s) const {
+  std::unique_lock lock(mu_);
+  auto done = [&] {
+    auto it = results_.find(id);
+    return it == results_.end() || it->second.done;
+  };
+  if (wait_s > 0)
+    resize_cv_.wait_for(lock, std::chrono::duration<double>(wait_s), done);
+  auto it = results_.find(id);
+  return it == results_.end() ? ResizeResult{} : it->second;
+}
+
+namespace {
+std::string describe(const ResizeTarget& t) {
+  std::string s;
+  auto add = [&](const char* name, int64_t v) {
+    if (v >= 0) s += fmt::format("{}{} {}", s.empty() ? "" : ", ", name, v);
+  };
+  add("moe slots", t.moe_slots);
+  add("kv tokens", t.kv_tokens);
+  add("prefix tokens", t.prefix_tokens);
+  add("state snapshots", t.state_slots);
+  return s;
+}
+
+double percentile(std::vector<double> v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, static_cast<size_t>(q * static_cast<double>(v.size())))];
+}
+}  // namespace
+
+void Engine::apply_resize(const ResizeTarget& t,
+                          const std::vector<std::unique_ptr<Slot>>& running) {
+  // Validated again here: the pools and the running requests may have changed since submit.
+  const std::vector<PoolInfo> now = collect_pools(running);
+  RunnerStats rs = runner_->stats();
+  check_resize_target(now, t, rs.memory_budget, rs.memory_planned);
+  const PrefixCacheStats before = prefix_ ? prefix_->stats() : PrefixCacheStats{};
+  if (prefix_ && (t.prefix_tokens >= 0 || t.state_slots >= 0)) {
+    const int64_t P = prefix_->page_tokens();
+    prefix_->resize(t.prefix_tokens < 0 ? -1 : (t.prefix_tokens + P - 1) / P,
+                    t.state_slots < 0 ? -1
+                                      : t.state_slots *
+                                            static_cast<int64_t>(prefix_->snapshot_unit_bytes()));
+  }
+  if (t.moe_slots >= 0 || t.kv_tokens >= 0) {
+    ResizeTarget r = t;
+    r.prefix_tokens = r.state_slots = -1;
+    try {
+      runner_->resize(r);
+    } catch (...) {  // put the prefix pools' sizes back (their evicted entries stay dropped)
+      if (prefix_) {
+        try {
+          prefix_->resize(before.pages_total, static_cast<int64_t>(before.snapshot_budget));
+        } catch (const std::exception& e) {
+          FT_LOG_WARN("resize rollback of the prefix cache failed: {}", e.what());
+        }
+      }
+      throw;
+    }
+    if (t.kv_tokens >= 0) ctx_ = runner_->capacity();
+  }
+}
+
+void Engine::apply_resizes(std::vector<std::unique_ptr<Slot>>& running) {
+  std::deque<QueuedResize> queue;
+  {
+    std::lock_guard lock(mu_);
+    queue.swap(resizes_);
+  }
+  for (const QueuedResize& q : queue) {
+    Timer timer;
+    ResizeResult r;
+    r.id = q.id;
+    r.done = true;
+    r.source = q.source;
+    try {
+      apply_resize(q.target, running);
+      r.ok = true;
+    } catch (const std::exception& e) {
+      r.error = e.what();
+    }
+    r.seconds = timer.seconds();
+    publish_pools(running);
+    if (r.ok)
+      FT_LOG_INFO("resize {} ({}): {} applied in {:.1f} ms", q.id, q.source, describe(q.target),
+                  r.seconds * 1e3);
+    else
+      FT_LOG_WARN("resize {} ({}): {} refused: {}", q.id, q.source, describe(q.target), r.error);
+    std::lock_guard lock(mu_);
+    results_[q.id] = r;
+    ElasticStats& e = stats_.elastic;
+    if (r.ok) {
+      ++e.resizes;
+      if (q.source.ends_with("shrink")) ++e.shrinks;
+      if (q.source.ends_with("grow")) ++e.grows;
+      if (q.source == "api") {  // the operator's sizes are what the watcher grows back to
+        if (q.target.moe_slots >= 0) want_.moe_slots = q.target.moe_slots;
+        if (q.target.prefix_tokens >= 0)
+          if (const PoolInfo* p = find_pool(pools_, "prefix_kv")) want_.prefix_tokens = p->size;
+      }
+      resize_times_.push_back(r.seconds);
+      if (resize_times_.size() > 1024) resize_times_.erase(resize_times_.begin());
+      e.last_resize_s = r.seconds;
+      e.resize_p50_s = percentile(resize_times_, 0.5);
+      e.resize_p99_s = percentile(resize_times_, 0.99);
+      last_change_s_ = uptime_.seconds();
+    } else {
+      ++e.resize_failures;
+      e.last_error = r.error;
+    }
+    stats_.runner = runner_->stats();
+    if (prefix_) stats_.prefix = prefix_->stats();
+    stats_.kv_bytes = runner_->kv_bytes();
+  }
+  std::lock_guard lock(mu_);
+  stats_.elastic.pending = static_cast<int64_t>(resizes_.size());
+  if (!queue.empty()) resize_cv_.notify_all();
+}
+
+bool Engine::shrink_after_oom(std::vector<std::unique_ptr<Slot>>& running) {
+  const std::vector<PoolInfo> pools = collect_pools(running);
+  ResizeTarget t;
+  const PoolInfo* moe = find_pool(pools, "moe");
+  const PoolInfo* pkv = find_pool(pools, "prefix_kv");
+  if (moe && moe->size > moe->min)
+    t.moe_slots = std::max(moe->min, moe->size / 2);
+  else if (pkv && pkv->size > pkv->min)
+    t.prefix_tokens = std::max(pkv->min, pkv->size / 2);
+  else
+    return false;
+  {
+    std::lock_guard lock(mu_);
+    resizes_.push_front({++next_resize_id_, t, "oom-shrink"});
+  }
+  apply_resizes(running);
+  return true;
+}
+
+void Engine::watch() {
+  const ElasticOptions& o = opt_.elastic;
+  for (;;) {
+    {
+      std::unique_lock lock(mu_);
+      watch_cv_.wait_for(lock, std::chrono::milliseconds(o.interval_ms), [&] { return stop_; });
+      if (stop_) return;
+    }
+    size_t free_b = 0, total_b = 0;
+    const bool ok = opt_.memory_probe ? opt_.memory_probe(&free_b, &total_b)
+                                      : runner_->device_memory(&free_b, &total_b);
+    if (!ok) continue;
+    const size_t floor = elastic_floor(o, total_b), margin = elastic_margin(o, floor);
+    std::vector<PoolInfo> pools;
+    ElasticWant want;
+    double since = 0;
+    {
+      std::lock_guard lock(mu_);
+      stats_.elastic.free_bytes = free_b;
+      stats_.elastic.total_bytes = total_b;
+      stats_.elastic.floor_bytes = floor;
+      if (!resizes_.empty()) continue;  // let the queued change land first
+      pools = pools_;
+      want = want_;
+      since = uptime_.seconds() - last_change_s_;
+    }
+    const std::optional<ResizeTarget> t = elastic_decide(free_b, floor, margin, pools, want);
+    if (!t) continue;
+    const PoolInfo* moe = find_pool(pools, "moe");
+    const bool grow = (t->moe_slots >= 0 && moe && t->moe_slots > moe->size) ||
+                      (t->moe_slots < 0 && t->prefix_tokens >= 0 &&
+                       t->prefix_tokens > find_pool(pools, "prefix_kv")->size);
+    if (grow && since < o.grow_cooldown_s) continue;
+    FT_LOG_INFO("elastic: {:.2f} GiB free (floor {:.2f} GiB): {} to {}", free_b / double(1 << 30),
+                floor / double(1 << 30), grow ? "grow" : "shrink", describe(*t));
+    try {
+      submit_resize(*t, grow ? "elastic-grow" : "elastic-shrink");
+    } catch (const RequestError& e) {
+      FT_LOG_WARN("elastic: {}", e.what());
+    }
+  }
 }
 
 }  // namespace ft

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "backend/cpu/thread_pool.h"
+#include "base/error.h"
 #include "model/transformer.h"
 
 namespace ft {
@@ -42,6 +43,26 @@ struct RunnerStats {
   double hit_rate() const { return hits + misses ? double(hits) / double(hits + misses) : 0.0; }
 };
 
+// One memory pool the engine can resize live (issue #9): the expert slot cache ("moe",
+// slots), the sequences' KV ("kv", tokens of all slots together), the prefix cache's KV pages
+// ("prefix_kv", tokens) and its recurrent-state snapshots ("state", snapshots). size/used/
+// min/max in `unit`; bytes = size's memory.
+struct PoolInfo {
+  std::string name, unit;
+  int64_t size = 0, used = 0, min = 0, max = 0;
+  size_t bytes = 0;       // memory of `size` units
+  size_t unit_bytes = 0;  // memory of one unit
+  bool device = false;    // in the memory the watcher reads (device VRAM; host on the CPU)
+};
+
+// A live re-split: the new size of each pool, -1 = unchanged.
+struct ResizeTarget {
+  int64_t moe_slots = -1, kv_tokens = -1, prefix_tokens = -1, state_slots = -1;
+  bool empty() const {
+    return moe_slots < 0 && kv_tokens < 0 && prefix_tokens < 0 && state_slots < 0;
+  }
+};
+
 class Runner {
  public:
   virtual ~Runner() = default;
@@ -62,6 +83,17 @@ class Runner {
   // engine's prefix cache is on only then).
   virtual bool host_caches() const { return false; }
   virtual KVCache* host_kv(int seq) { return nullptr; }
+
+  // Elastic memory (issue #9). pools(): the runner's resizable pools ("moe", "kv"); none by
+  // default. resize() applies a target (validated by the engine against pools()) between
+  // steps and throws ft::Error (OutOfMemory when an allocation failed) leaving every pool as
+  // it was. A KV resize keeps every open sequence's cached tokens.
+  virtual std::vector<PoolInfo> pools() const { return {}; }
+  virtual void resize(const ResizeTarget& t) {
+    if (t.moe_slots >= 0 || t.kv_tokens >= 0) fail("this backend has no resizable pools");
+  }
+  // Free and total device memory now (any thread); false where there is no device.
+  virtual bool device_memory(size_t* free_bytes, size_t* total_bytes) const { return false; }
 };
 
 // The CPU runner: threads (0: one per core), max_chunk tokens per step, max_seqs slots whose

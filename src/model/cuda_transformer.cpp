@@ -302,9 +302,11 @@ CudaRuntimeStats CudaTransformer::runtime_stats() const {
   if (store_) {
     const ExpertCacheStats c = store_->cache_stats();
     const ExpertStoreStats e = store_->stats();
-    s.hits = c.hits, s.misses = c.misses;
-    s.fetched_experts = e.fetched_experts;
-    s.fetched_bytes = e.fetched_bytes, s.streamed_bytes = e.streamed_bytes;
+    // rt_ holds the counts of slot pools retired by resize_expert_slots.
+    s.hits = rt_.hits + c.hits, s.misses = rt_.misses + c.misses;
+    s.fetched_experts = rt_.fetched_experts + e.fetched_experts;
+    s.fetched_bytes = rt_.fetched_bytes + e.fetched_bytes;
+    s.streamed_bytes = rt_.streamed_bytes + e.streamed_bytes;
   }
   return s;
 }

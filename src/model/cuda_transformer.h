@@ -102,6 +102,16 @@ class CudaTransformer {
   // The expert slot pool in offload mode, else nullptr.
   const GpuExpertStore* expert_store() const { return store_.get(); }
 
+  // Live resize between passes (issue #9; model/cuda_transformer_resize.cpp). Offload mode: a
+  // new pool of `slots` expert slots in [n_experts, moe_layers * n_experts] (cached experts
+  // are dropped; the decode workspace is rebuilt and graphs re-capture). KV: every sequence's
+  // cache to `capacity` tokens, keeping each open sequence's first min(old, new) positions.
+  // Both allocate before they free where VRAM allows; on OutOfMemory nothing changed.
+  void resize_expert_slots(int64_t slots);
+  void resize_kv(int64_t capacity, const std::vector<bool>& open);
+  size_t kv_token_bytes() const;  // KV bytes of one token of one sequence
+  int64_t kv_layers() const;      // layers with a KV cache
+
  private:
   // Device views of one layer's weights (nullptr / empty where the layer has none).
   struct Layer {

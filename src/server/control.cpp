@@ -27,6 +27,45 @@ nlohmann::json moe_json(const RunnerStats& r) {
             {"cpu", r.t_cpu}}}};
 }
 
+// Live resizes and the pressure watcher (issue #9).
+nlohmann::json elastic_json(const ElasticStats& x) {
+  return {{"watching", x.watching},
+          {"resizes", x.resizes},
+          {"resize_failures", x.resize_failures},
+          {"pending", x.pending},
+          {"shrinks", x.shrinks},
+          {"grows", x.grows},
+          {"oom_events", x.oom_events},
+          {"last_resize_s", x.last_resize_s},
+          {"resize_p50_s", x.resize_p50_s},
+          {"resize_p99_s", x.resize_p99_s},
+          {"last_error", x.last_error},
+          {"free_bytes", x.free_bytes},
+          {"total_bytes", x.total_bytes},
+          {"floor_bytes", x.floor_bytes}};
+}
+
+// GET /v1/cache/status: every pool, the budget, free device memory and the pending resizes.
+nlohmann::json cache_status_json(const Engine& e) {
+  const EngineStats s = e.stats();
+  nlohmann::json pools = nlohmann::json::array();
+  size_t pool_bytes = 0;
+  for (const PoolInfo& p : e.pools()) {
+    pools.push_back({{"name", p.name}, {"unit", p.unit}, {"size", p.size}, {"used", p.used},
+                     {"min", p.min}, {"max", p.max}, {"bytes", p.bytes},
+                     {"unit_bytes", p.unit_bytes}});
+    pool_bytes += p.bytes;
+  }
+  return {{"pools", pools},
+          {"budget_bytes", s.runner.memory_budget},
+          {"used_bytes", s.runner.memory_budget > 0 ? s.runner.memory_planned : pool_bytes},
+          {"free_vram_bytes", s.elastic.total_bytes > 0 ? nlohmann::json(s.elastic.free_bytes)
+                                                        : nlohmann::json()},
+          {"pending", s.elastic.pending},
+          {"ctx_size", e.ctx_size()},
+          {"elastic", elastic_json(s.elastic)}};
+}
+
 nlohmann::json stats_json(const Engine& e) {
   const EngineStats s = e.stats();
   return {{"backend", s.runner.backend},
@@ -63,8 +102,9 @@ nlohmann::json stats_json(const Engine& e) {
             {"snapshot_budget_bytes", s.prefix.snapshot_budget},
             {"snapshot_evictions", s.prefix.snapshot_evictions},
             {"lookups", s.prefix.lookups}}},
+          {"elastic", elastic_json(s.elastic)},
           {"max_running_requests", e.options().max_running},
-          {"ctx_size", e.options().ctx_size}};
+          {"ctx_size", e.ctx_size()}};
 }
 }  // namespace
 
@@ -72,7 +112,7 @@ void register_control_routes(httplib::Server& http, ServerContext& ctx) {
   http.Get("/v1/models", [&ctx](const httplib::Request&, httplib::Response& res) {
     nlohmann::json m = {{"id", ctx.options.served_model_name}, {"object", "model"},
                         {"created", 0}, {"owned_by", "ft"},
-                        {"max_model_len", ctx.engine.options().ctx_size}};
+                        {"max_model_len", ctx.engine.ctx_size()}};
     res.set_content(nlohmann::json{{"object", "list"}, {"data", {m}}}.dump(), "application/json");
   });
   http.Get("/v1/stats", [&ctx](const httplib::Request&, httplib::Response& res) {
@@ -126,9 +166,78 @@ void register_control_routes(httplib::Server& http, ServerContext& ctx) {
            s.prefix.snapshot_bytes);
     metric("memory_budget_bytes", "gauge", "GPU memory budget (0 on the CPU backend)",
            r.memory_budget);
+    const ElasticStats& x = s.elastic;
+    metric("cache_resizes_total", "counter", "Live pool resizes applied", x.resizes);
+    metric("cache_resize_failures_total", "counter", "Live pool resizes refused or failed",
+           x.resize_failures);
+    metric("elastic_shrinks_total", "counter", "Pressure or OOM shrinks applied", x.shrinks);
+    metric("elastic_grows_total", "counter", "Pressure grows applied", x.grows);
+    metric("oom_events_total", "counter", "Engine steps that ran out of memory", x.oom_events);
+    metric("cache_resize_seconds_p50", "gauge", "Median time to apply a resize", x.resize_p50_s);
+    metric("cache_resize_seconds_p99", "gauge", "p99 time to apply a resize", x.resize_p99_s);
+    metric("device_free_bytes", "gauge", "Free device memory at the watcher's last reading",
+           x.free_bytes);
+    for (const PoolInfo& p : ctx.engine.pools())
+      m += fmt::format("ft_pool_size{{pool=\"{0}\",unit=\"{1}\"}} {2}\nft_pool_used{{pool=\"{0}\","
+                       "unit=\"{1}\"}} {3}\nft_pool_bytes{{pool=\"{0}\"}} {4}\n",
+                       p.name, p.unit, p.size, p.used, p.bytes);
     m += fmt::format("# HELP ft_backend_info Where the experts run\n# TYPE ft_backend_info "
                      "gauge\nft_backend_info{{backend=\"{}\"}} 1\n", r.backend);
     res.set_content(m, "text/plain; version=0.0.4");
+  });
+  http.Get("/v1/cache/status", [&ctx](const httplib::Request&, httplib::Response& res) {
+    res.set_content(cache_status_json(ctx.engine).dump(), "application/json");
+  });
+  // Live re-split: {"moe_slots" | "moe_bytes", "kv_tokens", "prefix_tokens", "state_slots",
+  // "wait_s"}. 400: an impossible target (nothing touched); 409: refused when applied (it
+  // would cut a running request, or an allocation failed and it was rolled back); 202: still
+  // queued after wait_s; 200: applied.
+  post_json(http, ctx, "/v1/cache/rebuild", Dialect::OPENAI,
+            [&ctx](const nlohmann::json& b, const httplib::Request&, httplib::Response& res) {
+    auto size = [&](const char* key) -> int64_t {
+      if (!b.contains(key) || b[key].is_null()) return -1;
+      if (!b[key].is_number_integer() || b[key].get<int64_t>() < 0)
+        throw HttpError(400, "invalid_request_error",
+                        fmt::format("{} must be a non-negative integer", key), key);
+      return b[key].get<int64_t>();
+    };
+    for (const auto& [k, v] : b.items())
+      if (k != "moe_slots" && k != "moe_bytes" && k != "kv_tokens" && k != "prefix_tokens" &&
+          k != "state_slots" && k != "wait_s")
+        throw HttpError(400, "invalid_request_error",
+                        fmt::format("unknown field '{}' (moe_slots, moe_bytes, kv_tokens, "
+                                    "prefix_tokens, state_slots, wait_s)", k), k);
+    ResizeTarget t{.moe_slots = size("moe_slots"), .kv_tokens = size("kv_tokens"),
+                   .prefix_tokens = size("prefix_tokens"), .state_slots = size("state_slots")};
+    if (const int64_t bytes = size("moe_bytes"); bytes >= 0) {
+      if (t.moe_slots >= 0)
+        throw HttpError(400, "invalid_request_error", "give moe_slots or moe_bytes, not both",
+                        "moe_bytes");
+      for (const PoolInfo& p : ctx.engine.pools())
+        if (p.name == "moe" && p.unit_bytes > 0)
+          t.moe_slots = bytes / static_cast<int64_t>(p.unit_bytes);
+      if (t.moe_slots < 0)
+        throw HttpError(400, "invalid_request_error", "this backend has no 'moe' pool",
+                        "moe_bytes");
+    }
+    double wait_s = 0;
+    if (b.contains("wait_s")) {
+      if (!b["wait_s"].is_number() || b["wait_s"].get<double>() < 0 ||
+          b["wait_s"].get<double>() > 3600)
+        throw HttpError(400, "invalid_request_error", "wait_s must be a number in [0, 3600]",
+                        "wait_s");
+      wait_s = b["wait_s"].get<double>();
+    }
+    const int64_t id = ctx.engine.submit_resize(t, "api");
+    const ResizeResult r = ctx.engine.resize_result(id, wait_s);
+    if (r.done && !r.ok)
+      throw HttpError(409, "invalid_request_error", fmt::format("resize refused: {}", r.error));
+    nlohmann::json out = cache_status_json(ctx.engine);
+    out["id"] = id;
+    out["status"] = r.done ? "applied" : "pending";
+    if (r.done) out["seconds"] = r.seconds;
+    res.status = r.done ? 200 : 202;
+    res.set_content(out.dump(), "application/json");
   });
   // Raw generation without a chat template: {"text": "..."} or {"input_ids": [...]}.
   post_json(http, ctx, "/generate", Dialect::OPENAI,

@@ -48,8 +48,21 @@ check https nz "must start with http://" "$ft" ctl --base-url https://example.co
 check generate-empty nz "give the text" ctl generate ""
 check generate-n nz "" ctl generate "x" -n 0
 check no-sub nz "" "$ft" ctl
-# Stats must count the two generations above (the 401s never reached the engine).
+# Live pools (issue #9): the table, JSON, resizes applied between steps, refusals.
+check cache 0 "prefix_kv" ctl cache
+check cache-kv 0 "kv" ctl cache
+check cache-json 0 '"pools": [' ctl --json cache
+check cache-resize-kv 0 "applied" ctl cache --kv 8192 --wait 10
+check cache-resize-prefix 0 "applied" ctl cache --kv 16384 --prefix 256 --state 8 --wait 10
+check cache-resize-json 0 '"status": "applied"' ctl --json cache --state 16 --wait 10
+check cache-no-moe nz "no 'moe' pool" ctl cache --moe 4
+check cache-too-small nz "outside the 'kv' pool's limits" ctl cache --kv 1
+check cache-stats 0 "elastic.resizes" ctl stats
+ctx_now=$(ctl --json cache | grep -o '"ctx_size": [0-9]*' | grep -o '[0-9]*$')
+if [ "${ctx_now:-0}" -eq 4096 ]; then passes=$((passes+1)); else echo "FAIL cache-ctx: $ctx_now"; fails=$((fails+1)); fi
+check generate-after-resize 0 '"output_ids":[' ctl --json generate "the cat" -n 4
+# Stats must count the three generations above (the 401s never reached the engine).
 done_n=$(ctl --json stats | grep -o '"requests_finished": [0-9]*' | grep -o '[0-9]*$')
-if [ "${done_n:-0}" -eq 2 ]; then passes=$((passes+1)); else echo "FAIL stats-count: $done_n"; fails=$((fails+1)); fi
+if [ "${done_n:-0}" -eq 3 ]; then passes=$((passes+1)); else echo "FAIL stats-count: $done_n"; fails=$((fails+1)); fi
 echo "ctl_test: $passes passed, $fails failed"
 [ $fails -eq 0 ]

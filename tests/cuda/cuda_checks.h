@@ -50,6 +50,8 @@ const std::vector<std::string>& fixture_names();
 // Quantized weights per format: device dequant, GEMV, GEMM, MoE experts vs references and the
 // CPU quant matmul; GGUF (Q8_0, Q4_K) greedy parity resident and offloaded (quant_checks.cpp).
 std::vector<Check> quant_checks(const std::string& fixtures_dir);
+// Elastic memory: live expert-pool / KV resizes keep greedy decode, OOM throws (elastic_checks.cpp).
+std::vector<Check> elastic_checks(const std::string& fixtures_dir);
 // GEMV bandwidth per weight format beside the D2D copy bandwidth (a markdown table).
 std::string quant_bandwidth();
 

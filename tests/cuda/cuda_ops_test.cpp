@@ -29,6 +29,8 @@ INSTANTIATE_TEST_SUITE_P(Ops, CudaCheck, ::testing::ValuesIn(op_checks()), name_
 INSTANTIATE_TEST_SUITE_P(Runtime, CudaCheck, ::testing::ValuesIn(runtime_checks()), name_of);
 INSTANTIATE_TEST_SUITE_P(Quant, CudaCheck, ::testing::ValuesIn(quant_checks(FT_FIXTURES)),
                          name_of);
+INSTANTIATE_TEST_SUITE_P(Elastic, CudaCheck, ::testing::ValuesIn(elastic_checks(FT_FIXTURES)),
+                         name_of);
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaCheck, ::testing::ValuesIn(model_checks(FT_FIXTURES)),
                          name_of);
 

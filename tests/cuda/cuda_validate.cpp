@@ -25,6 +25,7 @@ int main(int argc, char** argv) {
   for (auto& c : runtime_checks()) checks.push_back(c);
   for (auto& c : model_checks(fixtures)) checks.push_back(c);
   for (auto& c : quant_checks(fixtures)) checks.push_back(c);
+  for (auto& c : elastic_checks(fixtures)) checks.push_back(c);
   for (const Check& c : checks) {
     if (c.name.find(filter) == std::string::npos) continue;
     const auto t0 = std::chrono::steady_clock::now();
