@@ -178,14 +178,16 @@ TEST(QuantKernels, EveryFormatEveryIsa) {
 }
 
 TEST(QuantKernels, Fp8Block128EveryIsa) {
-  const int64_t rows = 300, cols = 200, n = 3;
+  const int64_t rows = 300, cols = 200;
   auto w = randn(rows * cols, 4, 0.1f);
   std::vector<uint8_t> q(rows * cols);
   std::vector<float> s(quant::fp8_b128_scale_count(rows, cols)), deq(rows * cols);
   quant::quantize_fp8_b128(w.data(), rows, cols, q.data(), s.data());
   quant::dequantize_fp8_b128(q.data(), s.data(), rows, cols, deq.data());
-  auto x = randn(n * cols, 9);
+  // n = 1 takes the fused GEMV path, n = 3 decodes each row once for all tokens.
+  for (const int64_t n : {int64_t{1}, int64_t{3}})
   for (std::string_view isa : cpu::supported_isas()) {
+    auto x = randn(n * cols, 9);
     const cpu::QuantKernels* qk = cpu::quant_kernels_for(isa);
     ASSERT_TRUE(qk);
     std::vector<float> y(n * rows);

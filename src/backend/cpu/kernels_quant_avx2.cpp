@@ -77,6 +77,21 @@ struct Avx2Q {
     const float* lut = e4m3_table();
     for (; i < n; ++i) out[i] = lut[q[i]] * scale;
   }
+  static float dot_e4m3(const uint8_t* q, const float* x, int64_t n) {
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+      acc0 = _mm256_fmadd_ps(e4m3_8(q + i), _mm256_loadu_ps(x + i), acc0);
+      acc1 = _mm256_fmadd_ps(e4m3_8(q + i + 8), _mm256_loadu_ps(x + i + 8), acc1);
+    }
+    acc0 = _mm256_add_ps(acc0, acc1);
+    __m128 h = _mm_add_ps(_mm256_castps256_ps128(acc0), _mm256_extractf128_ps(acc0, 1));
+    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    float r = _mm_cvtss_f32(_mm_add_ss(h, _mm_shuffle_ps(h, h, 1)));
+    const float* lut = e4m3_table();
+    for (; i < n; ++i) r += lut[q[i]] * x[i];
+    return r;
+  }
   static void lut16(uint8_t* u, int64_t n, const uint8_t* book) {
     const __m128i t = _mm_loadu_si128(reinterpret_cast<const __m128i*>(book));
     const __m256i t2 = _mm256_broadcastsi128_si256(t);

@@ -61,6 +61,37 @@ struct Avx512Q {
     const float* lut = e4m3_table();
     for (; i < n; ++i) out[i] = lut[q[i]] * scale;
   }
+  // e4m3 / 256 as fp16, exactly: the e4m3 bits shifted into fp16's exponent/mantissa fields
+  // (bias 7 -> 15 is the 2^-8; e4m3 subnormals land on fp16 subnormals), NaN kept, then
+  // vcvtph2ps. Cheaper than e4m3_16's integer rebias and blends.
+  static __m512 e4m3_16_over_256(__m128i bytes) {
+    const __m256i b = _mm256_cvtepu8_epi16(bytes);
+    const __m256i mag = _mm256_and_si256(b, _mm256_set1_epi16(0x7f));
+    __m256i h = _mm256_or_si256(
+        _mm256_slli_epi16(_mm256_and_si256(b, _mm256_set1_epi16(0x80)), 8), _mm256_slli_epi16(mag, 7));
+    h = _mm256_mask_mov_epi16(h, _mm256_cmpeq_epi16_mask(mag, _mm256_set1_epi16(0x7f)),
+                              _mm256_set1_epi16(0x7e00));
+    return _mm512_cvtph_ps(h);
+  }
+  static float dot_e4m3(const uint8_t* q, const float* x, int64_t n) {
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+      const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + i));
+      acc0 = _mm512_fmadd_ps(e4m3_16_over_256(_mm256_castsi256_si128(b)), _mm512_loadu_ps(x + i),
+                             acc0);
+      acc1 = _mm512_fmadd_ps(e4m3_16_over_256(_mm256_extracti128_si256(b, 1)),
+                             _mm512_loadu_ps(x + i + 16), acc1);
+    }
+    for (; i + 16 <= n; i += 16)
+      acc0 = _mm512_fmadd_ps(
+          e4m3_16_over_256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + i))),
+          _mm512_loadu_ps(x + i), acc0);
+    float r = 256.f * _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+    const float* lut = e4m3_table();
+    for (; i < n; ++i) r += lut[q[i]] * x[i];
+    return r;
+  }
   static void lut16(uint8_t* u, int64_t n, const uint8_t* book) {
     const __m512i t = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(book)));
     int64_t i = 0;

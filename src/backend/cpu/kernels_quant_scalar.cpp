@@ -20,6 +20,12 @@ struct ScalarQ {
     const float* lut = e4m3_table();
     for (int64_t i = 0; i < n; ++i) out[i] = lut[q[i]] * scale;
   }
+  static float dot_e4m3(const uint8_t* q, const float* x, int64_t n) {
+    const float* lut = e4m3_table();
+    float acc = 0.f;
+    for (int64_t i = 0; i < n; ++i) acc += lut[q[i]] * x[i];
+    return acc;
+  }
   static void lut16(uint8_t* u, int64_t n, const uint8_t* book) {
     for (int64_t i = 0; i < n; ++i) u[i] = book[u[i]];
   }

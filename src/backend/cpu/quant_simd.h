@@ -6,6 +6,7 @@
 //     (MaxU bounds u, so an ISA may use 8-bit multiplies when the products cannot saturate);
 //   float dot_f32(const float* a, const float* b, int64_t n);
 //   void e4m3_scaled(const uint8_t* q, int64_t n, float scale, float* out): out = e4m3(q) * scale;
+//   float dot_e4m3(const uint8_t* q, const float* x, int64_t n) = sum e4m3(q[i]) * x[i];
 //   void lut16(uint8_t* u, int64_t n, const uint8_t* book): u[i] = book[u[i]] (u[i] < 16,
 //     n a multiple of 16) -- the codebook step of formats with kHasBook.
 // Include only from a translation unit compiled for Q's instruction set.
@@ -50,6 +51,18 @@ template <class Q>
 void gemm_fp8(const float* x, int64_t n, int64_t k, const uint8_t* w, const float* scale_inv,
               int64_t r0, int64_t r1, float* y, int64_t ldy) {
   const int64_t sc = (k + 127) / 128;
+  if (n == 1) {  // GEMV: decode and multiply in registers, one 128-column scale at a time
+    for (int64_t r = r0; r < r1; ++r) {
+      const uint8_t* q = w + r * k;
+      const float* s = scale_inv + (r / 128) * sc;
+      float acc = 0.f;
+      for (int64_t c0 = 0; c0 < k; c0 += 128)
+        acc += s[c0 / 128] * Q::dot_e4m3(q + c0, x + c0, c0 + 128 < k ? 128 : k - c0);
+      y[r] = acc;
+    }
+    return;
+  }
+  // Several tokens: each row decoded once to f32, then dotted with every token.
   float* f = reinterpret_cast<float*>(quant_row_scratch(4 * k));
   for (int64_t r = r0; r < r1; ++r) {
     const uint8_t* q = w + r * k;
