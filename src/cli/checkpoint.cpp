@@ -8,7 +8,9 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "engine/progress.h"
+#include "io/gguf.h"
 #include "model/ft_checkpoint.h"
+#include "tokenizer/gguf_hf_files.h"
 
 namespace ft::cli {
 
@@ -33,6 +35,7 @@ void run_checkpoint(const CheckpointOptions& o) {
                          bar->update(done);
                        }});
   bar.reset();
+  if (is_gguf_path(o.model)) write_gguf_tokenizer_as_hf(o.model, o.out);
   std::fprintf(stderr, "ft checkpoint: %s -> %s (%.1f s)\n", o.model.c_str(), o.out.c_str(),
                t.seconds());
   std::printf("%s\n", o.out.c_str());

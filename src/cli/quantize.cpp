@@ -13,6 +13,7 @@
 #include "io/gguf_writer.h"
 #include "model/ft_checkpoint.h"
 #include "model/gguf_export.h"
+#include "tokenizer/gguf_hf_files.h"
 #include "quant/quant.h"
 #include "tokenizer/gguf_vocab.h"
 
@@ -78,6 +79,7 @@ void run_quantize_ftc(const QuantizeOptions& o) {
   write_ft_checkpoint(*model, o.in, o.out,
                       {.type = o.type == "source" ? std::string() : o.type,
                        .progress = [&](size_t d, size_t t) { progress(d, t); }});
+  if (is_gguf_path(o.in)) write_gguf_tokenizer_as_hf(o.in, o.out);
   std::fprintf(stderr, "ft quantize: %s -> %s (fast-load checkpoint, %s)\n", o.in.c_str(),
                o.out.c_str(), o.type.c_str());
   std::printf("%s\n", o.out.c_str());

@@ -19,7 +19,6 @@
 #include "model/gguf_export.h"
 #include "model/weights_visit.h"
 #include "quant/quant.h"
-#include "tokenizer/gguf_vocab.h"
 
 namespace ft {
 
@@ -197,20 +196,9 @@ float convert_matrix(const TensorView& src, DType to, char* dst, float* scale_ds
 }
 
 void copy_side_files(const std::string& src, const std::string& out) {
-  if (is_gguf_path(src)) {  // the tokenizer in HF form; the config is in the index
-    auto g = GgufSet::open(src);
-    std::ofstream(out + "/tokenizer.json") << gguf_tokenizer_json(*g).dump();
-    const GgufSpecialTokens sp = gguf_special_tokens(*g);
-    nlohmann::json tc = {{"add_bos_token", sp.add_bos}, {"add_eos_token", sp.add_eos}};
-    std::string tmpl, bos, eos;
-    if (gguf_chat_template(src, &tmpl, &bos, &eos)) {
-      tc["chat_template"] = tmpl;
-      tc["bos_token"] = bos;
-      tc["eos_token"] = eos;
-    }
-    std::ofstream(out + "/tokenizer_config.json") << tc.dump(2);
-    return;
-  }
+  // A GGUF source's tokenizer is the caller's to write (tokenizer/gguf_hf_files.h: the model
+  // layer does not depend on the tokenizer); its config is in the index.
+  if (is_gguf_path(src)) return;
   for (const char* f : {"config.json", "generation_config.json", "tokenizer.json",
                         "tokenizer_config.json", "chat_template.jinja", "README.md"}) {
     const fs::path p = fs::path(src) / f;

@@ -28,7 +28,8 @@ struct FtcWriteOptions {
 };
 
 // Writes model m (loaded from src: an HF directory, a .gguf or another fast-load checkpoint) to
-// out_dir, copying src's tokenizer and config files. ft::Error on I/O failure.
+// out_dir, copying an HF src's tokenizer and config files (a GGUF's tokenizer: call
+// write_gguf_tokenizer_as_hf, tokenizer/gguf_hf_files.h). ft::Error on I/O failure.
 void write_ft_checkpoint(const Model& m, const std::string& src, const std::string& out_dir,
                          const FtcWriteOptions& o = {});
 

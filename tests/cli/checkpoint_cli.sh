@@ -42,6 +42,17 @@ a=$("$ft" tokenize --model "$demo" "Hello, world! 123" --json)
 b=$("$ft" tokenize --model "$tmp/ftc" "Hello, world! 123" --json)
 [ "$a" == "$b" ]; check tokenize-identical $? "$a vs $b"
 
+# From a GGUF: the config comes from its metadata, the tokenizer is written as tokenizer.json.
+"$ft" quantize "$demo" "$tmp/d.gguf" --type q8_0 >/dev/null 2>&1
+"$ft" checkpoint --model "$tmp/d.gguf" --out "$tmp/gftc" >/dev/null 2>"$tmp/log"
+check checkpoint-gguf $? "$(tail -c 300 "$tmp/log")"
+a=$("$ft" logits --model "$tmp/d.gguf" --ids 1,2,3 --positions all)
+b=$("$ft" logits --model "$tmp/gftc" --ids 1,2,3 --positions all)
+[ -n "$a" ] && [ "$a" == "$b" ]; check gguf-logits-identical $? "GGUF and checkpoint logits differ"
+a=$("$ft" tokenize --model "$tmp/d.gguf" "Hello, world! 123" --json)
+b=$("$ft" tokenize --model "$tmp/gftc" "Hello, world! 123" --json)
+[ "$a" == "$b" ]; check gguf-tokenize-identical $? "$a vs $b"
+
 # ft quantize --out-format ftc and the KL report.
 "$ft" quantize "$demo" "$tmp/q4" --type q4_k --out-format ftc >"$tmp/out" 2>"$tmp/log"
 check quantize-ftc $? "$(tail -c 300 "$tmp/log")"

@@ -14,6 +14,7 @@
 #include "model/ft_checkpoint.h"
 #include "model/gguf_export.h"
 #include "model/transformer.h"
+#include "tokenizer/gguf_hf_files.h"
 #include "tokenizer/gguf_vocab.h"
 #include "tokenizer/tokenizer.h"
 
@@ -147,6 +148,7 @@ TEST(Ftc, FromGgufWithTokenizer) {
                                       ++calls;
                                     }});
   EXPECT_GT(calls, 1u);
+  write_gguf_tokenizer_as_hf(gg, dir);
   size_t seen = 0;
   auto f = Model::load_ftc(dir, [&](size_t d, size_t) { seen = d; });
   EXPECT_EQ(seen, fs::file_size(dir + "/weights.ftw"));
