@@ -29,6 +29,12 @@ void on_signal(int) {
 
 void run_serve(ServeOptions o) {
   validate_backend_options(o.backend);  // flag mistakes before the port or the model
+  if (o.backend.node_rank > 0) {  // tensor parallel, another host: ranks only, no HTTP
+    if (o.model.empty()) o.model = default_model_dir();
+    auto model = load_model(o.model);
+    serve_tp_worker(*model, o.engine, o.backend);
+    return;
+  }
   if (o.model.empty()) {
     o.model = default_model_dir();
     FT_LOG_INFO("no --model given: serving the embedded demo model ({}), a 22 MB Qwen3-MoE "
@@ -191,6 +197,19 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--elastic-grow-cooldown", o->engine.elastic.grow_cooldown_s,
                   "Seconds after a resize before the watcher grows a pool")
       ->check(CLI::Range(0.0, 3600.0))->capture_default_str();
+  // Tensor parallelism over NCCL (issue #10): one model split across GPUs and hosts.
+  cmd->add_option("--tensor-parallel", o->backend.tensor_parallel,
+                  "GPUs the model is split across (heads, MLP and expert widths), all nodes "
+                  "together; --gpu-memory / --memory-ratio are then per GPU")
+      ->check(CLI::Range(1, 64))->capture_default_str();
+  cmd->add_option("--nnodes", o->backend.nnodes,
+                  "Hosts taking part, each running ft serve with the same flags")
+      ->check(CLI::Range(1, 64))->capture_default_str();
+  cmd->add_option("--node-rank", o->backend.node_rank,
+                  "This host's index: 0 serves HTTP, the others run their GPUs' ranks")
+      ->check(CLI::Range(0, 63))->capture_default_str();
+  cmd->add_option("--master", o->backend.master,
+                  "ADDR:PORT where node 0 runs NCCL's bootstrap (several nodes)");
   auto* ctx = cmd->get_option("--ctx-size");
   cmd->callback([o, ctx, elastic_on, elastic_floor, elastic_margin] {
     o->backend.ctx_size_given = ctx->count() > 0;

@@ -17,6 +17,14 @@ void validate_backend_options(const BackendOptions& b) {
   if (b.moe_cache_size >= 0 && b.moe_cache_rate >= 0)
     fail("give --moe-cache-size or --moe-cache-rate, not both");
   if (b.moe_cache_rate > 1) fail("--moe-cache-rate is a fraction of all experts, in (0, 1]");
+  if (b.tensor_parallel < 1) fail("--tensor-parallel must be >= 1");
+  if (b.nnodes < 1 || b.tensor_parallel % b.nnodes != 0)
+    fail("--tensor-parallel {} does not split evenly over --nnodes {}", b.tensor_parallel,
+         b.nnodes);
+  if (b.node_rank < 0 || b.node_rank >= b.nnodes)
+    fail("--node-rank {} is not in [0, --nnodes {})", b.node_rank, b.nnodes);
+  if (b.nnodes > 1 && b.master.find(':') == std::string::npos)
+    fail("--nnodes {} needs --master ADDR:PORT (node 0's address)", b.nnodes);
 }
 
 GpuSeqLayout gpu_seq_layout(const EngineOptions& opt, const BackendOptions& b) {

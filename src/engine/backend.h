@@ -20,6 +20,10 @@ struct BackendOptions {
   double moe_cache_rate = -1;        // fraction of all experts as slots (-1: from the budget)
   bool ctx_size_given = false;       // --ctx-size was passed (else the GPU uses the reserve)
   std::string profile_path;          // bandwidth profile (empty: bw_profile_path())
+  // Tensor parallelism (issue #10): GPUs in all nodes together, hosts, this host's index
+  // (0 serves HTTP), node 0's NCCL bootstrap ADDR:PORT.
+  int tensor_parallel = 1, nnodes = 1, node_rank = 0;
+  std::string master;
 };
 
 // Flag checks that need no model or device; throws ft::Error naming the flag and the fix.
@@ -39,5 +43,12 @@ GpuSeqLayout gpu_seq_layout(const EngineOptions& opt, const BackendOptions& b);
 // experts or allocating VRAM. May lower opt.max_running / opt.ctx_size to the GPU layout.
 std::unique_ptr<Runner> make_runner(const Model& model, EngineOptions& opt,
                                     const BackendOptions& b);
+
+// --tensor-parallel > 1 (engine/tp_runner.cpp; CUDA builds with NCCL, else ft::Error): the
+// runner over every GPU of node 0, and on nodes > 0 the loop replaying node 0's steps
+// (returns when node 0 stops). Every node passes the same flags.
+std::unique_ptr<Runner> make_tp_runner(const Model& model, EngineOptions& opt,
+                                       const BackendOptions& b);
+void serve_tp_worker(const Model& model, EngineOptions& opt, const BackendOptions& b);
 
 }  // namespace ft

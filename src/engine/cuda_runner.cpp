@@ -197,6 +197,7 @@ std::optional<BwEntry> profile_entry(const BackendOptions& b, const std::string&
 std::unique_ptr<Runner> make_runner(const Model& model, EngineOptions& opt,
                                     const BackendOptions& b) {
   validate_backend_options(b);
+  if (b.tensor_parallel > 1 || b.nnodes > 1) return make_tp_runner(model, opt, b);
   const MoeBackend requested = parse_moe_backend(b.moe_backend);
   const bool cuda = cuda::device_count() > 0;
   if (requested == MoeBackend::CPU || (requested == MoeBackend::AUTO && !cuda)) {

@@ -434,7 +434,9 @@ void CudaTransformer::run_layers(std::span<const CudaSeqStep> steps, int64_t n) 
   }
   for (int64_t l = 0; l < c_.n_layers; ++l) {
     attention_block(l, steps, n);
+    tp_reduce(n);  // tensor parallel: sum the block's partials (no-op on one GPU)
     ffn_block(l, n);
+    tp_reduce(n);
   }
 }
 
@@ -456,7 +458,9 @@ void CudaTransformer::attention_block(int64_t l, std::span<const CudaSeqStep> st
     cuda::matmul(*blas_, xn, n, L.k, k, L.k_bias);
     cuda::matmul(*blas_, xn, n, L.v, v, L.v_bias);
   }
-  if (c_.qk_norm == QkNorm::FULL) {
+  if (c_.qk_norm == QkNorm::FULL && tp_) {
+    tp_qk_norm(L.q_norm, L.k_norm, n);
+  } else if (c_.qk_norm == QkNorm::FULL) {
     cuda::rmsnorm(q, n, qd, L.q_norm, c_.rms_eps, q);
     cuda::rmsnorm(k, n, kvd, L.k_norm, c_.rms_eps, k);
   }
@@ -501,6 +505,7 @@ void CudaTransformer::attention_block(int64_t l, std::span<const CudaSeqStep> st
                      .pos = pos_.as<int32_t>(),
                      .seq = seq_.as<int32_t>(),
                      .seq_stride = seq_stride_});
+    tp_zero_residual(n);  // tensor parallel: ranks > 0 add only their partial
     const cuda::GemvOut o{.w = L.o, .y = x, .bias = L.o_bias, .accumulate = true};
     cuda::gemv_multi(att, n, &o, 1);
     return;
@@ -520,6 +525,7 @@ void CudaTransformer::attention_block(int64_t l, std::span<const CudaSeqStep> st
     off += s.n;
   }
   cuda::matmul(*blas_, att, n, L.o, tmp_.as<float>(), L.o_bias);
+  tp_zero_residual(n);
   cuda::add_inplace(x, tmp_.as<float>(), n * H);
 }
 
@@ -539,16 +545,19 @@ void CudaTransformer::ffn_block(int64_t l, int64_t n) {
                                   .weights = route_w_.as<float>(),
                                   .counter = route_counter_.as<uint32_t>()};
       cuda::gemv_multi(x, n, &r, 1, &norm, &route);
+      tp_zero_residual(n);
       return moe_block(l, n, true);  // adds into x
     }
     const cuda::GemvOut gu[2] = {{.w = L.gate, .y = g}, {.w = L.up, .y = u}};
     cuda::gemv_multi(x, n, gu, 2, &norm);
     cuda::silu_mul(g, u, n * c_.ffn_dim, g);
+    tp_zero_residual(n);
     const cuda::GemvOut d{.w = L.down, .y = x, .accumulate = true};
     cuda::gemv_multi(g, n, &d, 1);
     return;
   }
   cuda::rmsnorm(x, n, H, L.ffn_norm, c_.rms_eps, xn);
+  tp_zero_residual(n);
   if (moe) return moe_block(l, n, false);  // adds into x
   cuda::matmul(*blas_, xn, n, L.gate, g);
   cuda::matmul(*blas_, xn, n, L.up, u);

@@ -102,6 +102,13 @@ class CudaTransformer {
   // The expert slot pool in offload mode, else nullptr.
   const GpuExpertStore* expert_store() const { return store_.get(); }
 
+  // Tensor parallelism (parallel/cuda/cuda_transformer_tp.cpp): the model is one rank's
+  // shard (parallel/tp_plan.h); after each attention and FFN block the partial hidden
+  // states are summed over comm (not owned; outlives this), rank 0 alone keeping the
+  // residual. full_q_dim / full_kv_dim: the unsharded widths (full-width q/k norms).
+  // Call before the first pass, on the thread and device that run the passes.
+  void set_tp(cuda::Comm* comm, int64_t full_q_dim, int64_t full_kv_dim);
+
   // Live resize between passes (issue #9; model/cuda_transformer_resize.cpp). Offload mode: a
   // new pool of `slots` expert slots in [n_experts, moe_layers * n_experts] (cached experts
   // are dropped; the decode workspace is rebuilt and graphs re-capture). KV: every sequence's
@@ -177,6 +184,14 @@ class CudaTransformer {
       route_w_, slot_ids_, logits_;
   cuda::DeviceBuffer route_counter_;  // the fused router GEMV's block count (zero between calls)
   int64_t logit_rows_ = 0;  // rows of logits_ (lm_head runs in pieces of this many tokens)
+  // Tensor parallelism: ranks > 0 zero x_ before adding a block's partial; tp_reduce sums
+  // x_ over the ranks; tp_qk_norm is the full-width q/k rmsnorm over sharded heads.
+  void tp_zero_residual(int64_t n);
+  void tp_reduce(int64_t n);
+  void tp_qk_norm(const float* q_norm, const float* k_norm, int64_t n);
+  cuda::Comm* tp_ = nullptr;
+  int64_t tp_q_dim_ = 0, tp_kv_dim_ = 0;
+  cuda::DeviceBuffer tp_sumsq_;  // [2, max_chunk]: q and k row sums of squares
 };
 
 }  // namespace ft

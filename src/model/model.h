@@ -28,6 +28,11 @@ class Model {
   // A model with random bf16 weights made in memory (benchmarks; no file).
   static std::unique_ptr<Model> synthetic(const ModelConfig& config, uint64_t seed);
 
+  // A model over weights built elsewhere (a tensor-parallel shard: parallel/tp_plan.h). Its
+  // views may point into another Model, which must outlive this one.
+  static std::unique_ptr<Model> from_weights(const ModelConfig& config, ModelWeights weights,
+                                             const std::string& dir);
+
   const ModelConfig& config() const { return config_; }
   const ModelWeights& weights() const { return weights_; }
   const std::string& dir() const { return dir_; }

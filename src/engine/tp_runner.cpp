@@ -1,0 +1,170 @@
+// make_tp_runner (CUDA builds): `ft serve --tensor-parallel N` runs the model split over N GPUs
+// (parallel/cuda/tp_transformer.h) behind the Runner seam. Each GPU plans its own VRAM
+// (--gpu-memory / --memory-ratio are per GPU): every expert slice resident (fused) when it
+// fits, else an expert slot cache of slices (offload) fed from that rank's pinned copy.
+// Nodes > 0 of a multi-host run (serve_tp_worker) replay node 0's steps.
+#include <fmt/format.h>
+
+#include <mutex>
+
+#include "backend/cuda/cuda_ops.h"
+#include "base/error.h"
+#include "base/log.h"
+#include "cache/memory_plan.h"
+#include "engine/backend.h"
+#include "experts/bw_profile.h"
+#include "experts/gpu_expert_store.h"
+#include "parallel/cuda/tp_transformer.h"
+
+namespace ft {
+
+namespace {
+std::string gib(size_t b) { return fmt::format("{:.2f} GiB", b / double(size_t{1} << 30)); }
+
+// The shard's routed experts' shape, without copying them (what the planner needs).
+HostExperts shard_expert_shape(const Model& shard) {
+  const ModelConfig& c = shard.config();
+  HostExperts h;
+  h.n_layers = c.n_layers;
+  h.n_experts = c.n_experts;
+  for (const auto& L : shard.weights().layers) {
+    if (L.experts.empty()) continue;
+    if (h.moe_layers++ == 0) {
+      h.dtype = L.experts[0].gate.dtype;
+      h.inter = L.experts[0].gate.shape[0];
+      h.hidden = L.experts[0].gate.shape[1];
+    }
+  }
+  return h;
+}
+
+TpOptions tp_options(const BackendOptions& b) {
+  return {.world = b.tensor_parallel, .nnodes = b.nnodes, .node_rank = b.node_rank,
+          .master = b.master};
+}
+
+// Per rank, on its thread and device: plans this GPU's budget and pins the rank's experts when
+// they are offloaded. The first rank's plan goes to `base` (every rank's shard is alike).
+TpSetupFn tp_setup(const BackendOptions& b, const GpuSeqLayout& layout, int64_t chunk,
+                   RunnerStats* base, std::mutex* m) {
+  const MoeBackend requested = parse_moe_backend(b.moe_backend);
+  if (requested == MoeBackend::CPU || requested == MoeBackend::HYBRID)
+    fail("--moe-backend {} does not combine with --tensor-parallel; use auto, fused or offload",
+         moe_backend_name(requested));
+  return [=](int rank, const Model& shard) {
+    size_t free_b = 0, total_b = 0;
+    cuda::memory_info(&free_b, &total_b);
+    const size_t budget = b.gpu_memory.empty()
+                              ? static_cast<size_t>(b.memory_ratio * static_cast<double>(free_b))
+                              : parse_size(b.gpu_memory);
+    if (budget > free_b)
+      fail("--gpu-memory {} is more than the {} free on GPU {}; lower it", gib(budget),
+           gib(free_b), rank);
+    const HostExperts shape = shard_expert_shape(shard);
+    MemoryRequest req =
+        cuda_offload_request(shard, shape, layout.ctx, chunk, budget, layout.seqs);
+    const int64_t all = shape.moe_layers * shape.n_experts;
+    MemoryRequest all_req = req;
+    all_req.slots_override = all;
+    req.slots_override = b.moe_cache_size;
+    req.cache_rate = b.moe_cache_rate;
+    bool fits = b.moe_cache_size < 0 && b.moe_cache_rate < 0;
+    try {
+      plan_memory(all_req);
+    } catch (const Error&) {
+      if (requested == MoeBackend::FUSED) throw;
+      fits = false;
+    }
+    const bool fused = requested == MoeBackend::FUSED || (requested == MoeBackend::AUTO && fits);
+    const MemoryPlan plan = plan_memory(fused ? all_req : req);
+    FT_LOG_INFO("tensor parallel rank {}: {} on {}; budget {} of {} free: {}", rank,
+                fused ? "fused" : "offload", cuda::device_summary(), gib(budget), gib(free_b),
+                plan.summary());
+    TpRankSetup s;
+    if (!fused) {
+      auto host = std::make_shared<HostExperts>(HostExperts::copy_of(shard));
+      s.offload = {.experts = host.get(), .slots = plan.expert_slots};
+      s.keep = host;
+    }
+    if (rank == 0) {
+      std::lock_guard<std::mutex> lock(*m);
+      base->backend = fused ? "fused" : "offload";
+      base->memory_budget = budget;
+      base->memory_planned = plan.used;
+      base->expert_slots = plan.expert_slots;
+      base->experts_total = all;
+    }
+    return s;
+  };
+}
+
+// TpTransformer behind the Runner seam (node 0). Slots are the ranks' sequences.
+class TpRunner : public Runner {
+ public:
+  TpRunner(const Model& model, const BackendOptions& b, const GpuSeqLayout& layout,
+           int64_t chunk)
+      : model_(model),
+        tp_(model, tp_options(b), layout.ctx, chunk, layout.seqs,
+            tp_setup(b, layout, chunk, &base_, &m_)) {
+    base_.device = fmt::format("{} x tensor parallel ({} per node): {}", b.tensor_parallel,
+                               b.tensor_parallel / b.nnodes, cuda::device_summary());
+    base_.kv_tokens = layout.ctx * layout.seqs;
+  }
+  int max_seqs() const override { return tp_.max_seqs(); }
+  int64_t capacity() const override { return tp_.capacity(); }
+  int64_t max_chunk() const override { return tp_.max_chunk(); }
+  void open(int seq) override { FT_CHECK(seq >= 0 && seq < max_seqs(), "slot {}", seq); }
+  void close(int) override {}
+  void forward_batch(std::span<const RunnerStep> steps) override {
+    batch_.clear();
+    for (const RunnerStep& s : steps) batch_.push_back({s.seq, s.ids, s.n, s.pos0, s.logits});
+    tp_.forward_batch(batch_);
+  }
+  RunnerStats stats() const override {
+    RunnerStats s = base_;
+    const CudaRuntimeStats r = tp_.rank(0).runtime_stats();  // rank 0's share (all alike)
+    s.steps = r.steps, s.hits = r.hits, s.misses = r.misses;
+    s.fetched_experts = r.fetched_experts;
+    s.fetched_bytes = r.fetched_bytes, s.streamed_bytes = r.streamed_bytes;
+    return s;
+  }
+  size_t weight_bytes() const override { return tp_.weight_bytes(); }
+  size_t kv_bytes() const override {
+    // A shard: its KV heads; every layer is attention (the plan refuses DeltaNet models).
+    const ModelConfig& c = tp_.rank(0).model().config();
+    return static_cast<size_t>(2 * c.n_layers * c.kv_dim() * tp_.capacity()) *
+           max_seqs() * sizeof(float) * tp_.local_ranks();
+  }
+
+ private:
+  const Model& model_;
+  std::mutex m_;
+  RunnerStats base_;  // before tp_: the setup writes it
+  TpTransformer tp_;
+  std::vector<CudaSeqStep> batch_;
+};
+}  // namespace
+
+std::unique_ptr<Runner> make_tp_runner(const Model& model, EngineOptions& opt,
+                                       const BackendOptions& b) {
+  const GpuSeqLayout layout = gpu_seq_layout(opt, b);
+  opt.ctx_size = layout.ctx;
+  opt.max_running = layout.seqs;
+  FT_LOG_INFO("tensor parallel: {} GPUs over {} node(s), this node {}", b.tensor_parallel,
+              b.nnodes, b.node_rank);
+  return std::make_unique<TpRunner>(model, b, layout, opt.chunk);
+}
+
+void serve_tp_worker(const Model& model, EngineOptions& opt, const BackendOptions& b) {
+  validate_backend_options(b);
+  const GpuSeqLayout layout = gpu_seq_layout(opt, b);
+  RunnerStats base;
+  std::mutex m;
+  TpTransformer tp(model, tp_options(b), layout.ctx, opt.chunk, layout.seqs,
+                   tp_setup(b, layout, opt.chunk, &base, &m));
+  FT_LOG_INFO("node {}: {} ranks ready; serving node 0's steps", b.node_rank, tp.local_ranks());
+  tp.serve_worker();
+  FT_LOG_INFO("node {}: node 0 stopped", b.node_rank);
+}
+
+}  // namespace ft

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# ft serve --tensor-parallel on the multi-GPU machine: the CPU backend's greedy ids are the
+# reference; TP=2 resident, TP=2 offloaded (minimum slots per GPU) and TP=2 as two "nodes"
+# (two processes, one GPU each, NCCL bootstrap on 127.0.0.1) must give the same ids over HTTP
+# (temperature 0), sequential and concurrent requests. Also checks a refused split.
+#   tests/cuda/serve_tp.sh FT_BINARY [MODEL_DIR (default models/demo)] [OUT_DIR]
+set -u
+ft=$1 model=${2:-models/demo} out=${3:-/tmp/serve_tp}
+mkdir -p "$out"
+port=19575
+fails=0 passes=0
+prompts=("The cat" "Once upon a time" "What is a river?" "hello")
+pass() { passes=$((passes+1)); echo "PASS $1"; }
+failed() { fails=$((fails+1)); echo "FAIL $1"; }
+
+start() {  # name, flags...
+  local name=$1; shift
+  "$ft" serve --model "$model" --port $port "$@" >"$out/$name.log" 2>&1 &
+  pid=$!
+  for _ in $(seq 1 900); do
+    curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && return 0
+    kill -0 $pid 2>/dev/null || break
+    sleep 0.1
+  done
+  echo "--- $name did not start:"; tail -n 20 "$out/$name.log"; return 1
+}
+stop() { kill $pid 2>/dev/null; wait $pid 2>/dev/null; }
+
+gen() {  # prompt -> output ids
+  curl -sf -m 120 "http://127.0.0.1:$port/generate" \
+    -d "{\"text\": \"$1\", \"sampling_params\": {\"max_new_tokens\": 40, \"temperature\": 0, \"ignore_eos\": true}}" |
+    python3 -c 'import json,sys; print(json.load(sys.stdin)["output_ids"])' 2>/dev/null || echo "no answer"
+}
+
+answers() {  # name: sequential, then all prompts at once
+  local name=$1 p i
+  : >"$out/$name.ids"
+  for p in "${prompts[@]}"; do gen "$p" >>"$out/$name.ids"; done
+  i=0
+  for p in "${prompts[@]}"; do gen "$p" >"$out/$name.c$i" & i=$((i+1)); done
+  wait $(jobs -p | grep -v "^$pid$") 2>/dev/null
+  for i in $(seq 0 $((${#prompts[@]} - 1))); do cat "$out/$name.c$i" >>"$out/$name.ids"; done
+  curl -sf "http://127.0.0.1:$port/v1/stats" >"$out/$name.stats.json"
+}
+
+run() {  # name, flags...
+  local name=$1; shift
+  if start "$name" "$@"; then answers "$name"; stop; else failed "$name starts"; stop; fi
+}
+
+common=(--kv-reserve-tokens 4096 --ctx-size 1024)
+run cpu --moe-backend cpu
+run tp2 --tensor-parallel 2 "${common[@]}"
+run tp2_offload --tensor-parallel 2 --moe-backend offload --moe-cache-size 8 --gpu-memory 1GiB \
+  "${common[@]}"
+# Two "nodes" on one host: node 1 (GPU 1) replays node 0's steps.
+CUDA_VISIBLE_DEVICES=1 "$ft" serve --model "$model" --tensor-parallel 2 --nnodes 2 --node-rank 1 \
+  --master 127.0.0.1:29561 "${common[@]}" >"$out/node1.log" 2>&1 &
+node1=$!
+CUDA_VISIBLE_DEVICES=0 run tp2_nodes --tensor-parallel 2 --nnodes 2 --node-rank 0 \
+  --master 127.0.0.1:29561 "${common[@]}"
+for _ in $(seq 1 50); do kill -0 $node1 2>/dev/null || break; sleep 0.1; done
+if kill -0 $node1 2>/dev/null; then failed "node 1 did not stop with node 0"; kill $node1; else
+  pass "node 1 stopped with node 0"; fi
+tail -n 3 "$out/node1.log"
+
+for b in tp2 tp2_offload tp2_nodes; do
+  [ -s "$out/$b.ids" ] || { failed "$b answered"; continue; }
+  if cmp -s "$out/cpu.ids" "$out/$b.ids"; then pass "$b greedy ids == cpu"; else
+    failed "$b greedy ids differ from cpu"; diff "$out/cpu.ids" "$out/$b.ids" | head -6; fi
+  grep -m3 "tensor parallel" "$out/$b.log" | sed 's/^/    /'
+done
+python3 -c 'import json,sys; s=json.load(open(sys.argv[1])); print("    tp2_offload stats:", s["backend"], s["moe"]["misses"], "misses")' \
+  "$out/tp2_offload.stats.json" 2>/dev/null
+
+err=$("$ft" serve --model "$model" --port $port --tensor-parallel 3 2>&1); rc=$?
+if [ $rc -ne 0 ] && [[ "$err" == *"attention heads do not divide"* ]]; then
+  pass "refusal: $(printf '%s' "$err" | tail -n 1)"; else failed "refusal rc=$rc: $err"; fi
+echo "$passes passed, $fails failed"
+[ $fails -eq 0 ]
