@@ -33,9 +33,15 @@ int main(int argc, char** argv) {
   }
   try {
     if (!is_ft_checkpoint(dir)) {
-      const ModelConfig c = synthetic_moe_config({.layers = layers, .experts = experts, .top_k = 8,
-                                                  .hidden = 1024, .expert_dim = 512, .heads = 16,
-                                                  .kv_heads = 4, .head_dim = 64, .vocab = 32768});
+      const ModelConfig c = synthetic_moe_config({.layers = layers,
+                                                  .experts = experts,
+                                                  .top_k = 8,
+                                                  .hidden = 1024,
+                                                  .expert_dim = 512,
+                                                  .heads = 16,
+                                                  .kv_heads = 4,
+                                                  .head_dim = 64,
+                                                  .vocab = 32768});
       auto m = Model::synthetic(c, 1);
       Timer t;
       write_ft_checkpoint(*m, "(synthetic)", dir);
@@ -54,8 +60,8 @@ int main(int argc, char** argv) {
     }
     HostBuffer buf(bytes);
     for (int r = 0; r < repeat; ++r) {
-      const DirectReadStats disk = read_file_direct(scratch, buf.data(), bytes, {}, 1,
-                                                    size_t{64} << 20);
+      const DirectReadStats disk =
+          read_file_direct(scratch, buf.data(), bytes, {}, 1, size_t{64} << 20);
       const DirectReadStats disk4 = read_file_direct(scratch, buf.data(), bytes, {}, 4);
       Timer tm;
       {
@@ -78,8 +84,7 @@ int main(int argc, char** argv) {
           "load_ftc %.2f s = %.2f GB/s (%.0f%% of the 4-thread disk read; faulting in a fresh "
           "buffer alone: %.2f s)  first token +%.3f s\n",
           r, static_cast<double>(bytes) / 1e9, disk.gb_per_s(), disk4.gb_per_s(),
-          disk.direct ? "O_DIRECT" : "buffered", ready,
-          static_cast<double>(bytes) / ready / 1e9,
+          disk.direct ? "O_DIRECT" : "buffered", ready, static_cast<double>(bytes) / ready / 1e9,
           100.0 * (static_cast<double>(bytes) / ready / 1e9) / disk4.gb_per_s(), fresh_s,
           t2.seconds());
     }

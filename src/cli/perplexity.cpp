@@ -79,7 +79,7 @@ void for_each_position(const std::vector<const Model*>& models, ThreadPool& pool
 class KlBase {
  public:
   KlBase(const PerplexityOptions& o, const std::vector<int32_t>& ids, int64_t vocab) {
-    struct stat st{};
+    struct stat st {};
     const bool dir = ::stat(o.kl_base.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
     if (dir || is_gguf_path(o.kl_base)) {
       model_ = load_model(o.kl_base);
@@ -93,8 +93,10 @@ class KlBase {
     logp_ = file_->get("logprobs");
     if (tok.dtype != DType::I32 || logp_.dtype != DType::F16 || logp_.ndim != 2 ||
         logp_.shape[1] != vocab)
-      fail("{}: not a base log-prob file for this model (want tokens I32 and logprobs F16 "
-           "[n, {}]; write one with --save-logits)", o.kl_base, vocab);
+      fail(
+          "{}: not a base log-prob file for this model (want tokens I32 and logprobs F16 "
+          "[n, {}]; write one with --save-logits)",
+          o.kl_base, vocab);
     if (tok.numel() != static_cast<int64_t>(ids.size()) ||
         !std::equal(ids.begin(), ids.end(), tok.as<int32_t>()))
       fail("{}: its tokens differ from --file's ({} vs {}): same text and tokenizer needed",
@@ -169,12 +171,18 @@ void run_perplexity(const PerplexityOptions& o) {
   }
   if (!o.save_logits.empty()) {
     const int64_t n_ids = static_cast<int64_t>(ids.size());
-    TensorView tok{.dtype = DType::I32, .ndim = 1, .shape = {n_ids, 1, 1, 1}, .data = ids.data(),
+    TensorView tok{.dtype = DType::I32,
+                   .ndim = 1,
+                   .shape = {n_ids, 1, 1, 1},
+                   .data = ids.data(),
                    .name = "tokens"};
-    TensorView lp{.dtype = DType::F16, .ndim = 2, .shape = {scored, V, 1, 1},
-                  .data = saved.data(), .name = "logprobs"};
-    TensorView cx{.dtype = DType::I64, .ndim = 1, .shape = {1, 1, 1, 1}, .data = &o.ctx,
-                  .name = "ctx"};
+    TensorView lp{.dtype = DType::F16,
+                  .ndim = 2,
+                  .shape = {scored, V, 1, 1},
+                  .data = saved.data(),
+                  .name = "logprobs"};
+    TensorView cx{
+        .dtype = DType::I64, .ndim = 1, .shape = {1, 1, 1, 1}, .data = &o.ctx, .name = "ctx"};
     write_safetensors(o.save_logits, {tok, lp, cx}, {{"format", "ft-logprobs"}});
     out["saved_logits"] = o.save_logits;
   }

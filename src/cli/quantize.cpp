@@ -123,7 +123,8 @@ void add_quantize_command(CLI::App& app) {
   auto o = std::make_shared<QuantizeOptions>();
   auto* cmd = app.add_subcommand("quantize", "Write a GGUF file, its matrices quantized");
   cmd->add_option("IN", o->in, "HF checkpoint directory or .gguf file")->required();
-  cmd->add_option("OUT", o->out, "Output .gguf file (a directory with --out-format ftc)")->required();
+  cmd->add_option("OUT", o->out, "Output .gguf file (a directory with --out-format ftc)")
+      ->required();
   cmd->add_option("--type", o->type,
                   "q8_0, q4_0, q4_1, q2_k..q6_k, iq4_nl, iq4_xs, mxfp4, f16, bf16, f32, or source "
                   "(keep each tensor's own type)")

@@ -35,7 +35,7 @@ struct DirectReadStats {
 // dst must have room). chunk bytes per read, `threads` reads in flight; progress(done) is called
 // from the calling thread as reads complete. ft::Error naming the file on failure or a short file.
 DirectReadStats read_file_direct(const std::string& path, char* dst, size_t n,
-                                 const std::function<void(size_t)>& progress = {},
-                                 int threads = 4, size_t chunk = size_t{32} << 20);
+                                 const std::function<void(size_t)>& progress = {}, int threads = 4,
+                                 size_t chunk = size_t{32} << 20);
 
 }  // namespace ft

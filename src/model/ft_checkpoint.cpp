@@ -109,7 +109,7 @@ void field_from_json(const nlohmann::json& j, const char* k, T& v, const std::st
 struct Entry {
   std::string name;
   bool matrix;
-  TensorView view;           // matrices: the source view (converted on write when re-typed)
+  TensorView view;  // matrices: the source view (converted on write when re-typed)
   const std::vector<float>* vec = nullptr;
   DType out_dtype = DType::F32;
   size_t offset = 0, bytes = 0, scale_offset = 0, scale_bytes = 0;
@@ -132,7 +132,8 @@ DType parse_matrix_type(const std::string& s) {
 DType out_type(DType target, const std::string& name, const TensorView& v) {
   const int64_t cols = v.shape[1];
   if (name == "embed") return v.dtype;  // the lookup reads floats
-  if (target == DType::F8_E4M3_B128) return name.find("router") != std::string::npos ? DType::F32 : target;
+  if (target == DType::F8_E4M3_B128)
+    return name.find("router") != std::string::npos ? DType::F32 : target;
   if (target == DType::NVFP4)
     return name.find("router") != std::string::npos || cols % 16 ? DType::F32 : target;
   auto ggml = [](DType d) -> uint32_t {
@@ -360,8 +361,7 @@ std::unique_ptr<Model> Model::load_ftc(const std::string& dir,
   try {
     idx = nlohmann::json::parse(read_file(where));
   } catch (const nlohmann::json::exception& e) {
-    fail("{}: not valid JSON ({}); write the checkpoint again with ft checkpoint", where,
-         e.what());
+    fail("{}: not valid JSON ({}); write the checkpoint again with ft checkpoint", where, e.what());
   }
   if (idx.value("format", "") != "ft-checkpoint" || idx.value("version", 0) != k_version)
     fail("{}: not an ft checkpoint of version {}; write it again with this ft", where, k_version);
@@ -378,9 +378,8 @@ std::unique_ptr<Model> Model::load_ftc(const std::string& dir,
          data_path, bytes);
   auto store = std::make_shared<FtcStorage>();
   store->data = std::make_unique<HostBuffer>(bytes);
-  const DirectReadStats st = read_file_direct(
-      data_path, store->data->data(), bytes,
-      [&](size_t done) {
+  const DirectReadStats st =
+      read_file_direct(data_path, store->data->data(), bytes, [&](size_t done) {
         if (progress) progress(done, bytes);
       });
   FT_LOG_INFO("{}: read {:.2f} GiB in {:.2f} s ({:.2f} GB/s, {})", data_path,

@@ -37,8 +37,10 @@ float scalar_f32(const SafetensorsSet& files, const TensorView& v) {
       std::memcpy(&f, v.data, 4);
       return f;
     }
-    case DType::BF16: return bf16_to_f32(*v.as<uint16_t>());
-    case DType::F16: return f16_to_f32(*v.as<uint16_t>());
+    case DType::BF16:
+      return bf16_to_f32(*v.as<uint16_t>());
+    case DType::F16:
+      return f16_to_f32(*v.as<uint16_t>());
     default:
       fail("{}: scale '{}' has dtype {}; expected F32, BF16 or F16", files.dir(), v.name,
            dtype_name(v.dtype));
@@ -64,8 +66,10 @@ TensorView fp8_view(const SafetensorsSet& files, const TensorView& w, const std:
                     std::initializer_list<int64_t> shape,
                     std::vector<std::vector<uint8_t>>& owned) {
   if (!same_shape(w, shape))
-    fail("{}: tensor '{}' has shape {} but config.json implies {}; the weights do not match the "
-         "config", files.dir(), w.name, w.shape_str(), shape_str(shape));
+    fail(
+        "{}: tensor '{}' has shape {} but config.json implies {}; the weights do not match the "
+        "config",
+        files.dir(), w.name, w.shape_str(), shape_str(shape));
   const int64_t rows = w.shape[w.ndim - 2], cols = w.shape[w.ndim - 1];
   const int64_t planes = w.ndim == 3 ? w.shape[0] : 1;
   const int64_t per_plane = quant::fp8_b128_scale_count(rows, cols);
@@ -83,8 +87,10 @@ TensorView fp8_view(const SafetensorsSet& files, const TensorView& w, const std:
   }
   const TensorView* s = files.find(base + ".weight_scale");
   if (!s)
-    fail("{}: '{}' is F8_E4M3 but has no '{}.weight_scale_inv' (128x128 block scales) or "
-         "'{}.weight_scale' (per-tensor scale)", files.dir(), w.name, base, base);
+    fail(
+        "{}: '{}' is F8_E4M3 but has no '{}.weight_scale_inv' (128x128 block scales) or "
+        "'{}.weight_scale' (per-tensor scale)",
+        files.dir(), w.name, base, base);
   const float scale = scalar_f32(files, *s);
   auto& buf = owned.emplace_back(static_cast<size_t>(planes * per_plane) * 4);
   auto* f = reinterpret_cast<float*>(buf.data());
@@ -100,20 +106,23 @@ TensorView nvfp4_view(const SafetensorsSet& files, const TensorView& w, const st
   const int64_t rows = want[want.size() - 2], cols = want.back();
   const int64_t planes = want.size() == 3 ? want[0] : 1;
   if (cols % 16)
-    fail("{}: NVFP4 tensor '{}' has rows of {} elements, not a multiple of 16", files.dir(),
-         w.name, cols);
+    fail("{}: NVFP4 tensor '{}' has rows of {} elements, not a multiple of 16", files.dir(), w.name,
+         cols);
   auto packed_ok = [&](const TensorView& t, int64_t inner) {
     return want.size() == 3 ? same_shape(t, {planes, rows, inner}) : same_shape(t, {rows, inner});
   };
   if (!packed_ok(w, cols / 2))
-    fail("{}: NVFP4 tensor '{}' has shape {} but config.json implies {} (packed two per byte: "
-         "{} bytes a row)", files.dir(), w.name, w.shape_str(), shape_str(shape), cols / 2);
+    fail(
+        "{}: NVFP4 tensor '{}' has shape {} but config.json implies {} (packed two per byte: "
+        "{} bytes a row)",
+        files.dir(), w.name, w.shape_str(), shape_str(shape), cols / 2);
   const TensorView& s = files.get(base + ".weight_scale");
   if (s.dtype != DType::F8_E4M3 || !packed_ok(s, cols / 16))
     fail("{}: '{}' is {} {}; NVFP4 needs F8_E4M3 scales, one per 16 elements ({} a row)",
          files.dir(), s.name, dtype_name(s.dtype), s.shape_str(), cols / 16);
   const float global = scalar_f32(files, files.get(base + ".weight_scale_2"));
-  const size_t plane_bytes = static_cast<size_t>(rows) * quant::row_bytes(quant::QuantType::NVFP4, cols);
+  const size_t plane_bytes =
+      static_cast<size_t>(rows) * quant::row_bytes(quant::QuantType::NVFP4, cols);
   auto& buf = owned.emplace_back(plane_bytes * planes);
   for (int64_t p = 0; p < planes; ++p)
     quant::nvfp4_from_modelopt(w.as<uint8_t>() + p * rows * (cols / 2),
@@ -143,8 +152,10 @@ std::string modelopt_scheme(const std::string& where, const nlohmann::json& q) {
     return "modelopt:NVFP4";
   }
   if (up == "fp8") return "modelopt:FP8";
-  fail("{}: ModelOpt quant_algo '{}' is not supported (supported: NVFP4, FP8); convert the "
-       "original checkpoint with ft quantize instead", where, algo);
+  fail(
+      "{}: ModelOpt quant_algo '{}' is not supported (supported: NVFP4, FP8); convert the "
+      "original checkpoint with ft quantize instead",
+      where, algo);
 }
 }  // namespace
 
@@ -170,25 +181,25 @@ std::string checkpoint_quant_scheme(const std::string& dir, const nlohmann::json
       fail("{}: FP8 fmt '{}' is not supported (only e4m3)", where, q["fmt"].dump());
     const auto bs = q.value("weight_block_size", nlohmann::json());
     if (bs != nlohmann::json::array({128, 128}))
-      fail("{}: FP8 weight_block_size {} is not supported (only [128, 128] block scales)",
-           where, bs.is_null() ? std::string("(none: per-tensor)") : bs.dump());
+      fail("{}: FP8 weight_block_size {} is not supported (only [128, 128] block scales)", where,
+           bs.is_null() ? std::string("(none: per-tensor)") : bs.dump());
     return "fp8";
   }
   if (method == "modelopt") return modelopt_scheme(where, q);
-  fail("{}: quant_method '{}' is not supported (supported: fp8 with 128x128 blocks, modelopt "
-       "NVFP4/FP8); use the original checkpoint or a GGUF", where,
-       q.value("quant_method", std::string()));
+  fail(
+      "{}: quant_method '{}' is not supported (supported: fp8 with 128x128 blocks, modelopt "
+      "NVFP4/FP8); use the original checkpoint or a GGUF",
+      where, q.value("quant_method", std::string()));
 }
 
 bool quantized_view(const SafetensorsSet& files, const std::string& name,
-                    std::initializer_list<int64_t> shape,
-                    std::vector<std::vector<uint8_t>>& owned, TensorView* out) {
+                    std::initializer_list<int64_t> shape, std::vector<std::vector<uint8_t>>& owned,
+                    TensorView* out) {
   const TensorView* w = files.find(name);
   if (!w) return false;
   const std::string suffix = ".weight";
-  const std::string base = name.size() > suffix.size() &&
-                                   name.compare(name.size() - suffix.size(), suffix.size(),
-                                                suffix) == 0
+  const std::string base = name.size() > suffix.size() && name.compare(name.size() - suffix.size(),
+                                                                       suffix.size(), suffix) == 0
                                ? name.substr(0, name.size() - suffix.size())
                                : name;
   if (w->dtype == DType::F8_E4M3) {

@@ -30,8 +30,8 @@ std::string checkpoint_quant_scheme(const std::string& dir, const nlohmann::json
 //               (one f32) -> NVFP4 rows repacked into `owned`, global_scale = weight_scale_2
 // The weight bytes of FP8 stay zero-copy. Bad dtypes or shapes are an ft::Error naming the file.
 bool quantized_view(const SafetensorsSet& files, const std::string& name,
-                    std::initializer_list<int64_t> shape,
-                    std::vector<std::vector<uint8_t>>& owned, TensorView* out);
+                    std::initializer_list<int64_t> shape, std::vector<std::vector<uint8_t>>& owned,
+                    TensorView* out);
 
 // A quantized matrix as plain f32 in `owned` (embedding tables: the lookup reads floats).
 TensorView dequantized_f32(const TensorView& q, std::vector<std::vector<uint8_t>>& owned);

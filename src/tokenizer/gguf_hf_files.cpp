@@ -22,9 +22,9 @@ void write_gguf_tokenizer_as_hf(const std::string& gguf, const std::string& out_
     tc["bos_token"] = bos;
     tc["eos_token"] = eos;
   }
-  for (const auto& [name, body] : {std::pair{std::string("/tokenizer.json"),
-                                             gguf_tokenizer_json(*g).dump()},
-                                   std::pair{std::string("/tokenizer_config.json"), tc.dump(2)}}) {
+  for (const auto& [name, body] :
+       {std::pair{std::string("/tokenizer.json"), gguf_tokenizer_json(*g).dump()},
+        std::pair{std::string("/tokenizer_config.json"), tc.dump(2)}}) {
     std::ofstream f(out_dir + name);
     f << body;
     if (!f) fail("cannot write {}{}: {}", out_dir, name, std::strerror(errno));

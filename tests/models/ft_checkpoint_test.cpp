@@ -1,6 +1,8 @@
 // Fast-load checkpoint: every fixture family, a quantized HF checkpoint, a re-typed write and a
 // GGUF source round-trip through write_ft_checkpoint / Model::load with bit-identical logits
 // to the model they were written from; the layout is 4 KiB aligned; broken files fail by name.
+#include "model/ft_checkpoint.h"
+
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -11,7 +13,6 @@
 #include "base/error.h"
 #include "hf_quant_writer.h"
 #include "io/gguf_writer.h"
-#include "model/ft_checkpoint.h"
 #include "model/gguf_export.h"
 #include "model/transformer.h"
 #include "tokenizer/gguf_hf_files.h"

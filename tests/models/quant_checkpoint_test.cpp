@@ -3,21 +3,21 @@
 // still quantized, decodes to exactly the values the file's own layout defines, and its logits
 // stay within a stated KL divergence of the float fixture's. Unsupported schemes fail by name.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <functional>
-#include <unistd.h>
 
 #include "base/error.h"
+#include "hf_quant_writer.h"
 #include "io/safetensors.h"
 #include "model/ft_checkpoint.h"
 #include "model/kl_divergence.h"
 #include "model/transformer.h"
 #include "ops/ops.h"
 #include "quant/formats.h"
-#include "hf_quant_writer.h"
 
 namespace ft {
 namespace {
@@ -26,16 +26,16 @@ namespace fs = std::filesystem;
 using test::HfQuant;
 
 std::string tmp_dir(const std::string& what) {
-  const fs::path p = fs::temp_directory_path() /
-                     ("ft_quant_ckpt_" + std::to_string(::getpid()) + "_" + what);
+  const fs::path p =
+      fs::temp_directory_path() / ("ft_quant_ckpt_" + std::to_string(::getpid()) + "_" + what);
   fs::remove_all(p);
   return p.string();
 }
 
 // The values a quantized weight holds according to the file's own layout, decoded by hand
 // (independently of the loader's repacking).
-std::vector<float> decode_from_file(const SafetensorsSet& f, const std::string& base,
-                                    int64_t rows, int64_t cols) {
+std::vector<float> decode_from_file(const SafetensorsSet& f, const std::string& base, int64_t rows,
+                                    int64_t cols) {
   std::vector<float> out(rows * cols);
   const TensorView& w = f.get(base + ".weight");
   if (const TensorView* s = f.find(base + ".weight_scale_inv")) {  // FP8 128x128
@@ -43,8 +43,8 @@ std::vector<float> decode_from_file(const SafetensorsSet& f, const std::string& 
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t c = 0; c < cols; ++c) {
         const int64_t si = (r / 128) * sc + c / 128;
-        const float scale = s->dtype == DType::BF16 ? bf16_to_f32(s->as<uint16_t>()[si])
-                                                    : s->as<float>()[si];
+        const float scale =
+            s->dtype == DType::BF16 ? bf16_to_f32(s->as<uint16_t>()[si]) : s->as<float>()[si];
         out[r * cols + c] = quant::e4m3_f32(w.as<uint8_t>()[r * cols + c]) * scale;
       }
   } else if (w.dtype == DType::F8_E4M3) {  // per-tensor FP8
@@ -56,8 +56,8 @@ std::vector<float> decode_from_file(const SafetensorsSet& f, const std::string& 
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t c = 0; c < cols; ++c) {
         const int nib = (w.as<uint8_t>()[r * cols / 2 + c / 2] >> (4 * (c & 1))) & 0xf;
-        out[r * cols + c] = 0.5f * quant::k_e2m1_x2[nib] *
-                            quant::e4m3_f32(s[r * cols / 16 + c / 16]) * global;
+        out[r * cols + c] =
+            0.5f * quant::k_e2m1_x2[nib] * quant::e4m3_f32(s[r * cols / 16 + c / 16]) * global;
       }
   }
   return out;
@@ -173,8 +173,7 @@ TEST_P(QuantCheckpoint, LoadsQuantizedAndMatchesFloatLogits) {
   }
   fs::remove_all(f32_dir);
   std::printf("[ quant ckpt ] %s: KL mean %.3e max %.3e top1 %.3f (bound mean <= %.1e)\n",
-              case_name({k, 0}).c_str(), kl.mean(), kl.max(), kl.top1_agreement(),
-              k.max_mean_kl);
+              case_name({k, 0}).c_str(), kl.mean(), kl.max(), kl.top1_agreement(), k.max_mean_kl);
   EXPECT_LE(kl.mean(), k.max_mean_kl);
   EXPECT_GT(kl.mean(), 0.0);  // the weights really are quantized
   fs::remove_all(dir);
