@@ -160,8 +160,8 @@ class CudaRunner : public Runner {
   size_t weight_bytes() const override { return tf_.weight_bytes(); }
   size_t kv_bytes() const override {  // allocated once for every slot
     const ModelConfig& c = model_.config();
-    return static_cast<size_t>(2 * c.n_layers * c.kv_dim() * tf_.capacity()) * max_seqs() *
-           sizeof(float);
+    return static_cast<size_t>(2 * attention_layers(c) * c.kv_dim() * tf_.capacity()) *
+           max_seqs() * sizeof(float);
   }
 
  private:

@@ -47,6 +47,7 @@ size_t resident_bytes(const ModelWeights& w) {
     for (const Linear* l : {&L.q, &L.k, &L.v, &L.o}) b += l->w.nbytes() + l->bias.size() * 4;
     for (const TensorView* t : {&L.gate, &L.up, &L.down, &L.router}) b += t->nbytes();
     for (const auto* v : {&L.attn_norm, &L.ffn_norm, &L.q_norm, &L.k_norm}) b += v->size() * 4;
+    b += hybrid_resident_bytes(L);
   }
   return b;
 }
@@ -67,6 +68,7 @@ MemoryRequest cuda_offload_request(const Model& model, const HostExperts& expert
   scratch +=
       f * cuda::k_gemv_max_tokens * k * (2 * H + 2 * I) + 4 * experts.moe_layers * c.n_experts;
   scratch += f * capacity * rot;  // cos/sin
+  scratch += hybrid_scratch_bytes(c, T, max_seqs);
   // Device expert-cache state (per expert id: slot + recency; per slot: id + usage).
   scratch += 24 * c.n_layers * c.n_experts + 12 * experts.moe_layers * c.n_experts;
   // cuBLAS workspaces and allocation rounding: measured ~10 MB beyond the terms above on an
@@ -75,7 +77,7 @@ MemoryRequest cuda_offload_request(const Model& model, const HostExperts& expert
   return {.budget = budget,
           .resident_weights = resident_bytes(model.weights()),
           .scratch = scratch,
-          .kv_bytes_per_token = static_cast<size_t>(2 * c.n_layers * c.kv_dim() * f),
+          .kv_bytes_per_token = static_cast<size_t>(2 * attention_layers(c) * c.kv_dim() * f),
           .kv_reserve_tokens = capacity * std::max(1, max_seqs),
           .expert_bytes = experts.expert_bytes(),
           .moe_layers = experts.moe_layers,
@@ -173,9 +175,11 @@ CudaTransformer::CudaTransformer(const Model& model, int64_t capacity, int64_t m
       if (!host) d.experts = upload_experts(L.experts);
     }
     layers_.push_back(d);
+    upload_hybrid(L);
   }
   const int64_t T = max_chunk, H = c_.hidden, kvd = c_.kv_dim();
-  const int64_t widest = std::max({H, c_.q_dim(), c_.ffn_dim, inter});
+  const int64_t widest = std::max({H, c_.q_dim(), c_.ffn_dim, inter, c_.delta.value_dim(),
+                                   c_.shared_expert_dim});
   blas_ = std::make_unique<cuda::Blas>(T, widest);
   if (c_.n_experts > 0)
     moe_ = std::make_unique<cuda::MoeWorkspace>(T, c_.top_k, c_.n_experts, H, inter);
@@ -194,7 +198,8 @@ CudaTransformer::CudaTransformer(const Model& model, int64_t capacity, int64_t m
       hybrid_ = std::make_unique<Hybrid>(threads);
     }
   }
-  seq_stride_ = c_.n_layers * capacity * kvd;
+  alloc_hybrid(T);
+  seq_stride_ = attention_layers(c_) * capacity * kvd;
   kv_k_ = floats(max_seqs * seq_stride_);
   kv_v_ = floats(max_seqs * seq_stride_);
   std::vector<float> cs, sn;
@@ -291,10 +296,10 @@ cuda::DeviceExperts CudaTransformer::upload_experts(const std::vector<ExpertWeig
 }
 
 float* CudaTransformer::k_cache(int64_t seq, int64_t l) const {
-  return kv_k_.as<float>() + seq * seq_stride_ + l * capacity_ * c_.kv_dim();
+  return kv_k_.as<float>() + seq * seq_stride_ + kv_slot_[l] * capacity_ * c_.kv_dim();
 }
 float* CudaTransformer::v_cache(int64_t seq, int64_t l) const {
-  return kv_v_.as<float>() + seq * seq_stride_ + l * capacity_ * c_.kv_dim();
+  return kv_v_.as<float>() + seq * seq_stride_ + kv_slot_[l] * capacity_ * c_.kv_dim();
 }
 
 CudaRuntimeStats CudaTransformer::runtime_stats() const {
@@ -358,6 +363,7 @@ void CudaTransformer::pass(std::span<const CudaSeqStep> steps, int64_t n, float*
   cuda::StreamScope scope(stream_);
   const int64_t H = c_.hidden, V = c_.vocab_size, T = max_chunk_;
   cuda::stream_synchronize();  // the previous pass no longer reads the staging buffer
+  begin_recurrent(steps);
   auto* st = static_cast<int32_t*>(staging_.data());
   int64_t t = 0;
   for (const CudaSeqStep& s : steps)
@@ -433,7 +439,10 @@ void CudaTransformer::run_layers(std::span<const CudaSeqStep> steps, int64_t n) 
     store_->stream_begin(order);
   }
   for (int64_t l = 0; l < c_.n_layers; ++l) {
-    attention_block(l, steps, n);
+    if (c_.is_delta(l))
+      delta_net_block(l, n);
+    else
+      attention_block(l, steps, n);
     tp_reduce(n);  // tensor parallel: sum the block's partials (no-op on one GPU)
     ffn_block(l, n);
     tp_reduce(n);
@@ -446,18 +455,20 @@ void CudaTransformer::attention_block(int64_t l, std::span<const CudaSeqStep> st
   const bool small = n <= cuda::k_gemv_max_tokens;
   float *x = x_.as<float>(), *xn = xn_.as<float>(), *q = q_.as<float>(), *k = k_.as<float>(),
         *v = v_.as<float>(), *att = att_.as<float>();
+  float* qg = c_.attn_output_gate ? qg_.as<float>() : nullptr;  // [n, heads, query | gate]
   if (small) {  // attention norm fused into the q/k/v GEMVs
-    const cuda::GemvOut qkv[3] = {{.w = L.q, .y = q, .bias = L.q_bias},
+    const cuda::GemvOut qkv[3] = {{.w = L.q, .y = qg ? qg : q, .bias = L.q_bias},
                                   {.w = L.k, .y = k, .bias = L.k_bias},
                                   {.w = L.v, .y = v, .bias = L.v_bias}};
     const cuda::GemvNorm norm{.w = L.attn_norm, .eps = c_.rms_eps, .x_out = xn};
     cuda::gemv_multi(x, n, qkv, 3, &norm);
   } else {
     cuda::rmsnorm(x, n, H, L.attn_norm, c_.rms_eps, xn);
-    cuda::matmul(*blas_, xn, n, L.q, q, L.q_bias);
+    cuda::matmul(*blas_, xn, n, L.q, qg ? qg : q, L.q_bias);
     cuda::matmul(*blas_, xn, n, L.k, k, L.k_bias);
     cuda::matmul(*blas_, xn, n, L.v, v, L.v_bias);
   }
+  if (qg) cuda::split_q_gate(qg, n, c_.n_heads, hd, q);
   if (c_.qk_norm == QkNorm::FULL && tp_) {
     tp_qk_norm(L.q_norm, L.k_norm, n);
   } else if (c_.qk_norm == QkNorm::FULL) {
@@ -505,6 +516,7 @@ void CudaTransformer::attention_block(int64_t l, std::span<const CudaSeqStep> st
                      .pos = pos_.as<int32_t>(),
                      .seq = seq_.as<int32_t>(),
                      .seq_stride = seq_stride_});
+    if (qg) cuda::attn_output_gate(att, qg, n, c_.n_heads, hd);
     tp_zero_residual(n);  // tensor parallel: ranks > 0 add only their partial
     const cuda::GemvOut o{.w = L.o, .y = x, .bias = L.o_bias, .accumulate = true};
     cuda::gemv_multi(att, n, &o, 1);
@@ -524,6 +536,7 @@ void CudaTransformer::attention_block(int64_t l, std::span<const CudaSeqStep> st
                      .out = att + off * qd});
     off += s.n;
   }
+  if (qg) cuda::attn_output_gate(att, qg, n, c_.n_heads, hd);
   cuda::matmul(*blas_, att, n, L.o, tmp_.as<float>(), L.o_bias);
   tp_zero_residual(n);
   cuda::add_inplace(x, tmp_.as<float>(), n * H);
@@ -546,7 +559,8 @@ void CudaTransformer::ffn_block(int64_t l, int64_t n) {
                                   .counter = route_counter_.as<uint32_t>()};
       cuda::gemv_multi(x, n, &r, 1, &norm, &route);
       tp_zero_residual(n);
-      return moe_block(l, n, true);  // adds into x
+      moe_block(l, n, true);  // adds into x
+      return shared_expert(l, n);
     }
     const cuda::GemvOut gu[2] = {{.w = L.gate, .y = g}, {.w = L.up, .y = u}};
     cuda::gemv_multi(x, n, gu, 2, &norm);
@@ -558,7 +572,10 @@ void CudaTransformer::ffn_block(int64_t l, int64_t n) {
   }
   cuda::rmsnorm(x, n, H, L.ffn_norm, c_.rms_eps, xn);
   tp_zero_residual(n);
-  if (moe) return moe_block(l, n, false);  // adds into x
+  if (moe) {
+    moe_block(l, n, false);  // adds into x
+    return shared_expert(l, n);
+  }
   cuda::matmul(*blas_, xn, n, L.gate, g);
   cuda::matmul(*blas_, xn, n, L.up, u);
   cuda::silu_mul(g, u, n * c_.ffn_dim, g);

@@ -71,6 +71,13 @@ struct CudaRuntimeStats {
 MemoryRequest cuda_offload_request(const Model& model, const HostExperts& experts, int64_t capacity,
                                    int64_t max_chunk, size_t budget, int max_seqs = 1);
 
+// Hybrid models' terms of that request (model/cuda_delta_net.cpp): a layer's DeltaNet and
+// shared-expert weight bytes, the recurrent state of max_seqs sequences plus the DeltaNet and
+// gated-attention scratch, and the number of attention layers (only they keep K/V).
+size_t hybrid_resident_bytes(const LayerWeights& L);
+size_t hybrid_scratch_bytes(const ModelConfig& c, int64_t max_chunk, int max_seqs);
+int64_t attention_layers(const ModelConfig& c);
+
 class CudaTransformer {
  public:
   // capacity: positions each sequence's KV cache holds; max_chunk: most tokens per pass
@@ -101,6 +108,29 @@ class CudaTransformer {
   size_t weight_bytes() const { return weight_bytes_; }
   // The expert slot pool in offload mode, else nullptr.
   const GpuExpertStore* expert_store() const { return store_.get(); }
+
+  // ---- Hybrid models (DeltaNet layers; model/cuda_delta_net.cpp), and sequence state
+  // import/export for the prefix cache. A sequence's recurrent state is every DeltaNet layer's
+  // conv state, then every layer's delta (ssm) state, in the CPU KVCache's layout: exactly
+  // KVCache::conv ([n_delta, conv_dim, kernel - 1]) followed by KVCache::ssm ([n_delta, n_v_heads,
+  // k_head_dim, v_head_dim]), f32; 0 bytes without DeltaNet layers. A step of a hybrid model
+  // must start at position 0 (the state restarts) or at recurrent_len(seq) (ft::Error
+  // otherwise), as on the CPU. All of these wait for the stream (not during a pass).
+  size_t state_bytes_per_seq() const;
+  void read_state(int seq, float* host);
+  // Sets seq's state and the number of tokens it summarises (KVCache::recurrent_len).
+  void write_state(int seq, const float* host, int64_t recurrent_len);
+  int64_t recurrent_len(int seq) const;
+  // The attention layers' K/V of seq at positions [pos0, pos0 + n) to / from host k and v,
+  // each [n_attention_layers, n, kv_dim] f32 (attention layers in model order; Runner's
+  // export_kv / import_kv layout). One copy per attention layer and matrix.
+  void read_kv(int seq, int64_t pos0, int64_t n, float* k, float* v);
+  void write_kv(int seq, int64_t pos0, int64_t n, const float* k, const float* v);
+  // Device-to-device copies of seq's recurrent state (state_bytes_per_seq() bytes) to / from
+  // device memory the caller owns: the prefix cache's VRAM snapshot tier
+  // (model/cuda_transformer_prefix.cpp).
+  void state_to_device(int seq, void* dst);
+  void state_from_device(int seq, const void* src, int64_t recurrent_len);
 
   // Tensor parallelism (parallel/cuda/cuda_transformer_tp.cpp): the model is one rank's
   // shard (parallel/tp_plan.h); after each attention and FFN block the partial hidden
@@ -145,6 +175,21 @@ class CudaTransformer {
   void pass(std::span<const CudaSeqStep> steps, int64_t n, float* logits_all);
   float* k_cache(int64_t seq, int64_t layer) const;
   float* v_cache(int64_t seq, int64_t layer) const;
+  // Hybrid pieces (model/cuda_delta_net.cpp): DeltaNet and shared-expert weights of a layer.
+  struct HybridLayer {
+    cuda::DeviceMatrix qkv, z, b, a, out;  // DeltaNet layers
+    const float *conv = nullptr, *a_log = nullptr, *dt_bias = nullptr, *norm = nullptr;
+    cuda::DeviceMatrix sh_gate, sh_up, sh_down, sh_logit;  // MoE layers with a shared expert
+  };
+  void upload_hybrid(const LayerWeights& L);  // appends to hybrid_layers_
+  void alloc_hybrid(int64_t max_chunk);       // state and scratch; kv_slot_
+  // Per pass, before any op: checks each step continues its recurrent state (or restarts at 0),
+  // zeroes restarted states, records the new lengths.
+  void begin_recurrent(std::span<const CudaSeqStep> steps);
+  void delta_net_block(int64_t layer, int64_t n);
+  void shared_expert(int64_t layer, int64_t n);  // x_ += sigmoid(xn_ . g) * SwiGLU_shared(xn_)
+  float* conv_state(int64_t layer) const;        // sequence 0's; + seq * state_stride_
+  float* ssm_state(int64_t layer) const;
 
   const Model& model_;
   const ModelConfig& c_;
@@ -184,6 +229,14 @@ class CudaTransformer {
       route_w_, slot_ids_, logits_;
   cuda::DeviceBuffer route_counter_;  // the fused router GEMV's block count (zero between calls)
   int64_t logit_rows_ = 0;  // rows of logits_ (lm_head runs in pieces of this many tokens)
+  // Hybrid: per-layer index among layers of its kind (attention layers own KV, DeltaNet layers
+  // a state slot), the recurrent state [max_seqs, state_stride_] and scratch.
+  std::vector<HybridLayer> hybrid_layers_;
+  std::vector<int64_t> kv_slot_;
+  int64_t n_delta_ = 0, conv_size_ = 0, ssm_size_ = 0, state_stride_ = 0;
+  std::vector<int64_t> rec_len_;  // [max_seqs] tokens each state summarises
+  cuda::DeviceBuffer state_, qg_, dn_qkv_, dn_conv_, dn_z_, dn_b_, dn_a_, dn_out_, sh_g_, sh_u_,
+      sh_logit_;
   // Tensor parallelism: ranks > 0 zero x_ before adding a block's partial; tp_reduce sums
   // x_ over the ranks; tp_qk_norm is the full-width q/k rmsnorm over sharded heads.
   void tp_zero_residual(int64_t n);

@@ -40,6 +40,10 @@ std::vector<Check> op_checks();
 // The decode runtime's fused ops, device expert-cache bookkeeping (vs ExpertCache) and the
 // mapped-memory fetch kernel (runtime_checks.cpp).
 std::vector<Check> runtime_checks();
+// The hybrid families' ops vs the CPU, and recurrent-state export/import (hybrid_checks.cpp).
+std::vector<Check> hybrid_checks(const std::string& fixtures_dir);
+// DeltaNet conv + delta rule timing at Qwen3-Next shapes, decode and a 256-token pass.
+std::string hybrid_benchmark();
 
 // Fixture parity of CudaTransformer: prefill logits at every position (one pass and chunked),
 // token-by-token decode and the 16 greedy ids. Tolerance as tests/models/parity_test.cpp:

@@ -23,6 +23,7 @@ int main(int argc, char** argv) {
   int failed = 0, total = 0;
   auto checks = op_checks();
   for (auto& c : runtime_checks()) checks.push_back(c);
+  for (auto& c : hybrid_checks(fixtures)) checks.push_back(c);
   for (auto& c : model_checks(fixtures)) checks.push_back(c);
   for (auto& c : quant_checks(fixtures)) checks.push_back(c);
   for (auto& c : elastic_checks(fixtures)) checks.push_back(c);
@@ -53,6 +54,7 @@ int main(int argc, char** argv) {
     }
   }
   if (decode_tokens > 0) std::printf("%s", attention_benchmark().c_str());
+  if (decode_tokens > 0) std::printf("%s", hybrid_benchmark().c_str());
   if (decode_tokens > 0 || filter.rfind("quant", 0) == 0)
     std::printf("%s", quant_bandwidth().c_str());
   std::printf("%s: %d/%d checks passed\n", failed ? "FAIL" : "PASS", total - failed, total);

@@ -157,7 +157,7 @@ std::string batch(const std::string& dir, Slots slots, MoeMode mode = MoeMode::O
   Reference r = load(dir);
   const int64_t T = static_cast<int64_t>(r.prompt.size()), V = r.model->config().vocab_size;
   if (T < 8) return fmt::format("batch: prompt of {} tokens is too short\n", T);
-  Runner run(*r.model, T + 4, 64, slots, mode, 3);
+  Runner run(*r.model, T + 4, std::max<int64_t>(64, T + 3), slots, mode, 3);  // pass 1 whole
   CudaTransformer& tf = *run.tf;
   if (tf.max_seqs() != 3) return "batch: max_seqs\n";
   std::vector<float> a(V), b(V), c(V);
@@ -168,20 +168,25 @@ std::string batch(const std::string& dir, Slots slots, MoeMode mode = MoeMode::O
   tf.forward_batch(pass1);
   err += row_close(a.data(), r.prefill + (T - 1) * V, V, "batch pass 1 seq 1");
   err += row_close(b.data(), r.prefill + 2 * V, V, "batch pass 1 seq 0");
-  const int32_t g0 = r.greedy[0];
-  const CudaSeqStep pass2[] = {{.seq = 0, .ids = p + 3, .n = 1, .pos0 = 3, .logits = a.data()},
-                               {.seq = 1, .ids = &g0, .n = 1, .pos0 = T, .logits = b.data()},
-                               {.seq = 2, .ids = p, .n = 1, .pos0 = 0, .logits = c.data()}};
-  for (int rep = 0; rep < 2; ++rep) {  // the second time replays the captured graph
+  // The same 3-token layout twice, the second time replaying the captured graph; every
+  // sequence advances (a hybrid model's recurrent state cannot take a position twice).
+  for (int rep = 0; rep < 2; ++rep) {
+    const int32_t g = r.greedy[rep];
+    const CudaSeqStep pass2[] = {
+        {.seq = 0, .ids = p + 3 + rep, .n = 1, .pos0 = 3 + rep, .logits = a.data()},
+        {.seq = 1, .ids = &g, .n = 1, .pos0 = T + rep, .logits = b.data()},
+        {.seq = 2, .ids = p + rep, .n = 1, .pos0 = rep, .logits = c.data()}};
     tf.forward_batch(pass2);
-    err += row_close(a.data(), r.prefill + 3 * V, V, fmt::format("batch pass 2.{} seq 0", rep));
-    err += row_close(b.data(), r.decode + 1 * V, V, fmt::format("batch pass 2.{} seq 1", rep));
-    err += row_close(c.data(), r.prefill, V, fmt::format("batch pass 2.{} seq 2", rep));
+    err += row_close(a.data(), r.prefill + (3 + rep) * V, V,
+                     fmt::format("batch pass 2.{} seq 0", rep));
+    err += row_close(b.data(), r.decode + (1 + rep) * V, V,
+                     fmt::format("batch pass 2.{} seq 1", rep));
+    err += row_close(c.data(), r.prefill + rep * V, V, fmt::format("batch pass 2.{} seq 2", rep));
   }
-  const CudaSeqStep pass3[] = {{.seq = 2, .ids = p + 1, .n = 1, .pos0 = 1, .logits = c.data()},
-                               {.seq = 0, .ids = p + 4, .n = T - 4, .pos0 = 4, .logits = a.data()}};
+  const CudaSeqStep pass3[] = {{.seq = 2, .ids = p + 2, .n = 1, .pos0 = 2, .logits = c.data()},
+                               {.seq = 0, .ids = p + 5, .n = T - 5, .pos0 = 5, .logits = a.data()}};
   tf.forward_batch(pass3);
-  err += row_close(c.data(), r.prefill + 1 * V, V, "batch pass 3 seq 2");
+  err += row_close(c.data(), r.prefill + 2 * V, V, "batch pass 3 seq 2");
   err += row_close(a.data(), r.prefill + (T - 1) * V, V, "batch pass 3 seq 0");
   // Bad input is refused with an error, not a crash.
   const CudaSeqStep twice[] = {{.seq = 0, .ids = p, .n = 1, .pos0 = 0, .logits = nullptr},
@@ -196,7 +201,8 @@ std::string batch(const std::string& dir, Slots slots, MoeMode mode = MoeMode::O
 }  // namespace
 
 const std::vector<std::string>& fixture_names() {
-  static const std::vector<std::string> names = {"qwen3_moe", "qwen3_moe_yarn", "mixtral", "olmoe"};
+  static const std::vector<std::string> names = {"qwen3_moe", "qwen3_moe_yarn", "mixtral", "olmoe",
+                                                  "qwen3_5_moe", "qwen3_next"};
   return names;
 }
 

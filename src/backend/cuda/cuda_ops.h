@@ -487,4 +487,76 @@ void row_sumsq(const float* x, int64_t n, int64_t dim, float* out);
 void rmsnorm_from_sumsq(const float* x, int64_t n, int64_t dim, const float* sumsq,
                         int64_t total_dim, const float* w, float eps, float* y);
 
+// ---- hybrid families (Qwen3-Next, Qwen3.5/3.6): Gated DeltaNet mixer, gated attention, shared
+// expert gate. Same math as ops/delta_net.cpp and model/delta_net_block.cpp.
+// Tokens of several sequences may share a pass: seq [n] (device) names each token's sequence;
+// a sequence's tokens are consecutive, so a step is a run of equal seq values (every kernel
+// finds the runs on the device, so graph-captured passes replay with any step layout). A
+// sequence's recurrent state lives at state + seq[t] * seq_stride.
+
+// Depthwise causal conv1d (no bias) + SiLU per step, continuing from the step's conv state
+// [channels, kernel - 1] (oldest first), which is advanced past the step (causal_conv1d.cu).
+// x, out: [n, channels]; w: [channels, kernel] f32; kernel <= 8.
+struct ConvArgs {
+  const float* x;
+  float* out;
+  int64_t n, channels;
+  const float* w;
+  int64_t kernel;
+  float* state;
+  int64_t seq_stride;
+  const int32_t* seq;
+};
+void causal_conv1d_silu(const ConvArgs& a);
+
+// In place on the conv output and the b/a projections (delta_prep.cu): per token, q and k heads
+// (qkv + h * k_dim and qkv + key_dim + h * k_dim, rows of stride) are L2-normalised (eps 1e-6
+// inside the root) and q scaled by q_scale; b <- sigmoid(b) (beta), a <- -exp(a_log[h]) *
+// softplus(a + dt_bias[h]) (the log decay g); b, a: [n, n_v_heads].
+struct DeltaPrepArgs {
+  float* qkv;
+  int64_t n, stride, n_k_heads, k_dim, key_dim;
+  float q_scale;
+  float* b;
+  float* a;
+  const float* a_log;
+  const float* dt_bias;
+  int64_t n_v_heads;
+};
+void delta_prep(const DeltaPrepArgs& a);
+
+// The gated delta rule per step and value head h (key head h / (n_v_heads / n_k_heads)), state
+// S [k_dim, v_dim] per head at state + seq * seq_stride + h * k_dim * v_dim (delta_rule.cu).
+// Per token: S *= exp(g); delta = beta (v - S^T k); S += k delta^T; out = S^T q. Every run
+// (decode and prefill) takes the recurrent form: the columns of S are independent, so a block
+// of 128 threads owns 32 columns with the state in registers (read and written once per step)
+// and walks the step's tokens in order. k_dim <= 128.
+struct DeltaRuleArgs {
+  const float* q;  // token t at q + t * qkv_stride: [n_k_heads * k_dim]
+  const float* k;
+  const float* v;  // [n_v_heads * v_dim]
+  int64_t qkv_stride;
+  const float* g;     // [n, n_v_heads]
+  const float* beta;  // [n, n_v_heads]
+  int64_t n, n_k_heads, n_v_heads, k_dim, v_dim;
+  float* state;
+  int64_t seq_stride;
+  const int32_t* seq;
+  float* out;  // [n, n_v_heads * v_dim]
+};
+void gated_delta_rule(const DeltaRuleArgs& a);
+
+// o[r] = rmsnorm(o[r]) * w * silu(z[r]) for rows of dim (the DeltaNet output norm per value
+// head; w is the plain scale). gated_rmsnorm.cu.
+void gated_rmsnorm(float* o, const float* z, int64_t rows, int64_t dim, const float* w, float eps);
+
+// Gated attention (attn_gate.cu): q_proj rows per head are [query | gate]; qg [n, n_heads, 2,
+// head_dim]. split_q_gate copies the queries into q [n, n_heads * head_dim];
+// attn_output_gate scales att [n, n_heads * head_dim] by sigmoid(gate).
+void split_q_gate(const float* qg, int64_t n, int64_t n_heads, int64_t head_dim, float* q);
+void attn_output_gate(float* att, const float* qg, int64_t n, int64_t n_heads, int64_t head_dim);
+
+// The shared expert's gate (shared_gate.cu): x[t, :] += sigmoid(logit[t]) * y[t, :].
+void add_sigmoid_scaled(float* x, const float* y, const float* logit, int64_t n, int64_t dim);
+
 }  // namespace ft::cuda
