@@ -1,4 +1,5 @@
-// Prefix cache: restore (radix match + snapshot) into a KVCache, save pages and snapshots.
+// Prefix cache: restore (radix match + snapshot) into a sequence, save pages and snapshots;
+// KvCacheIO, the sequence interface over a host KVCache.
 #include "cache/prefix_cache.h"
 
 #include <algorithm>
@@ -7,39 +8,97 @@
 
 namespace ft {
 
-PrefixCache::PrefixCache(const ModelConfig& c, PrefixCacheOptions o)
-    : c_(c),
-      pool_(
-          o.kv_pages, o.page_tokens,
-          [&] {
-            int64_t n = 0;
-            for (int64_t l = 0; l < c.n_layers; ++l) n += !c.is_delta(l);
-            return n;
-          }(),
-          c.kv_dim()),
-      tree_(pool_),
-      snaps_(o.snapshot_bytes) {
-  for (int64_t l = 0; l < c.n_layers; ++l)
-    (c.is_delta(l) ? delta_layers_ : attn_layers_).push_back(l);
+namespace {
+constexpr int64_t k_stage_pages = 64;  // pages moved per read_kv / write_kv call
 }
 
-void PrefixCache::copy_pages_in(std::span<const int32_t> pages, int64_t n, KVCache& kv) const {
-  const int64_t P = page_tokens(), d = kv.kv_dim;
-  for (size_t a = 0; a < attn_layers_.size(); ++a) {
-    const int64_t l = attn_layers_[a];
-    for (int64_t i = 0; i * P < n; ++i) {
-      const int64_t m = std::min(P, n - i * P);
-      std::copy_n(pool_.k(pages[i], a), m * d, kv.k_at(l, i * P));
-      std::copy_n(pool_.v(pages[i], a), m * d, kv.v_at(l, i * P));
-    }
+KvCacheIO::KvCacheIO(const ModelConfig& c, KVCache& kv) : kv_(kv) {
+  for (int64_t l = 0; l < c.n_layers; ++l)
+    if (!c.is_delta(l)) attn_.push_back(l);
+}
+
+void KvCacheIO::read_kv(int64_t pos0, int64_t n, float* k, float* v) {
+  const int64_t d = kv_.kv_dim;
+  FT_CHECK(pos0 >= 0 && pos0 + n <= kv_.capacity);
+  for (size_t a = 0; a < attn_.size(); ++a) {
+    std::copy_n(kv_.k_at(attn_[a], pos0), n * d, k + a * n * d);
+    std::copy_n(kv_.v_at(attn_[a], pos0), n * d, v + a * n * d);
   }
 }
 
-int64_t PrefixCache::restore(std::span<const int32_t> prompt, KVCache& kv) {
+void KvCacheIO::write_kv(int64_t pos0, int64_t n, const float* k, const float* v) {
+  const int64_t d = kv_.kv_dim;
+  FT_CHECK(pos0 >= 0 && pos0 + n <= kv_.capacity);
+  for (size_t a = 0; a < attn_.size(); ++a) {
+    std::copy_n(k + a * n * d, n * d, kv_.k_at(attn_[a], pos0));
+    std::copy_n(v + a * n * d, n * d, kv_.v_at(attn_[a], pos0));
+  }
+}
+
+// The state is KVCache::conv followed by KVCache::ssm (the CUDA runner's layout too).
+int64_t KvCacheIO::state_floats() const {
+  return static_cast<int64_t>(kv_.conv.size() + kv_.ssm.size());
+}
+
+void KvCacheIO::read_state(float* dst) {
+  std::copy(kv_.ssm.begin(), kv_.ssm.end(), std::copy(kv_.conv.begin(), kv_.conv.end(), dst));
+}
+
+void KvCacheIO::write_state(const float* src, int64_t len) {
+  std::copy_n(src, kv_.conv.size(), kv_.conv.begin());
+  std::copy_n(src + kv_.conv.size(), kv_.ssm.size(), kv_.ssm.begin());
+  kv_.recurrent_len = len;
+}
+
+PrefixCache::PrefixCache(const ModelConfig& c, PrefixCacheOptions o)
+    : c_(c),
+      n_attn_([&] {
+        int64_t n = 0;
+        for (int64_t l = 0; l < c.n_layers; ++l) n += !c.is_delta(l);
+        return n;
+      }()),
+      kv_dim_(c.kv_dim()),
+      pool_(o.kv_pages, o.page_tokens, n_attn_, kv_dim_),
+      tree_(pool_),
+      snaps_(o.snapshot_bytes, c.has_delta() ? o.device_snapshots : 0) {}
+
+void PrefixCache::copy_pages_in(std::span<const int32_t> pages, int64_t n, SeqCacheIO& io) {
+  const int64_t P = page_tokens(), d = kv_dim_;
+  for (int64_t i0 = 0; i0 * P < n; i0 += k_stage_pages) {
+    const int64_t t0 = i0 * P, m = std::min(n, (i0 + k_stage_pages) * P) - t0;
+    stage_k_.resize(n_attn_ * m * d);
+    stage_v_.resize(n_attn_ * m * d);
+    for (int64_t a = 0; a < n_attn_; ++a)
+      for (int64_t t = 0; t < m; t += P) {
+        const int32_t page = pages[i0 + t / P];
+        const int64_t rows = std::min(P, m - t);
+        std::copy_n(pool_.k(page, a), rows * d, stage_k_.data() + (a * m + t) * d);
+        std::copy_n(pool_.v(page, a), rows * d, stage_v_.data() + (a * m + t) * d);
+      }
+    io.write_kv(t0, m, stage_k_.data(), stage_v_.data());
+  }
+}
+
+void PrefixCache::copy_pages_out(std::span<const int32_t> pages, int64_t p0, SeqCacheIO& io) {
+  const int64_t P = page_tokens(), d = kv_dim_, count = static_cast<int64_t>(pages.size());
+  for (int64_t i0 = 0; i0 < count; i0 += k_stage_pages) {
+    const int64_t np = std::min(k_stage_pages, count - i0), m = np * P;
+    stage_k_.resize(n_attn_ * m * d);
+    stage_v_.resize(n_attn_ * m * d);
+    io.read_kv((p0 + i0) * P, m, stage_k_.data(), stage_v_.data());
+    for (int64_t a = 0; a < n_attn_; ++a)
+      for (int64_t i = 0; i < np; ++i) {
+        std::copy_n(stage_k_.data() + (a * m + i * P) * d, P * d, pool_.k(pages[i0 + i], a));
+        std::copy_n(stage_v_.data() + (a * m + i * P) * d, P * d, pool_.v(pages[i0 + i], a));
+      }
+  }
+}
+
+int64_t PrefixCache::restore(std::span<const int32_t> prompt, SeqCacheIO& io) {
   ++lookups_;
   const int64_t len = static_cast<int64_t>(prompt.size());
   if (len <= 1) return 0;
-  const int64_t P = page_tokens(), d = kv.kv_dim;
+  const int64_t P = page_tokens(), d = kv_dim_;
   RadixCache::Match m = tree_.match(prompt);
   const std::vector<uint64_t> h = prefix_hashes(prompt);
   // A snapshot at p needs the pages below p's page from the tree; its data holds the rest.
@@ -50,53 +109,45 @@ int64_t PrefixCache::restore(std::span<const int32_t> prompt, KVCache& kv) {
   if (n == 0) return 0;
   const bool from_snapshot = s && s->pos == n;
   const int64_t base = from_snapshot ? n / P * P : n;  // positions read from pages
-  copy_pages_in(m.pages, base, kv);
+  copy_pages_in(m.pages, base, io);
   if (from_snapshot) {
     const float* p = s->data.data();
-    for (int64_t l : delta_layers_) {
-      std::copy_n(p, kv.conv_size, kv.conv_at(l));
-      std::copy_n(p + kv.conv_size, kv.ssm_size, kv.ssm_at(l));
-      p += kv.conv_size + kv.ssm_size;
-    }
     const int64_t tail = n - base;
-    for (int64_t l : attn_layers_) {
-      std::copy_n(p, tail * d, kv.k_at(l, base));
-      std::copy_n(p + tail * d, tail * d, kv.v_at(l, base));
-      p += 2 * tail * d;
-    }
-    FT_CHECK(p == s->data.data() + s->data.size(), "snapshot size");
+    const int64_t state = hybrid() && s->slot < 0 ? io.state_floats() : 0;
+    FT_CHECK(static_cast<int64_t>(s->data.size()) == state + 2 * n_attn_ * tail * d,
+             "snapshot size");
+    if (tail > 0) io.write_kv(base, tail, p + state, p + state + n_attn_ * tail * d);
+    if (s->slot >= 0)
+      io.slot_to_state(s->slot, n);  // device tier: a device-to-device copy
+    else if (hybrid())
+      io.write_state(p, n);
   }
-  kv.recurrent_len = n;
   hit_tokens_ += n;
   return n;
 }
 
-void PrefixCache::save_snapshot(std::span<const int32_t> tokens, int64_t n, const KVCache& kv) {
-  const int64_t P = page_tokens(), d = kv.kv_dim, base = n / P * P, tail = n - base;
+void PrefixCache::save_snapshot(std::span<const int32_t> tokens, int64_t n, SeqCacheIO& io) {
+  const int64_t P = page_tokens(), d = kv_dim_, base = n / P * P, tail = n - base;
   if (!hybrid() && tail == 0) return;  // whole pages: the tree alone restores it
   const uint64_t hash = prefix_hashes(tokens.first(n)).back();
   if (snaps_.touch(n, hash)) return;
-  std::vector<float> data;
-  data.reserve(delta_layers_.size() * (kv.conv_size + kv.ssm_size) +
-               attn_layers_.size() * 2 * tail * d);
-  auto& k = const_cast<KVCache&>(kv);  // k_at/v_at are non-const accessors; read only
-  for (int64_t l : delta_layers_) {
-    data.insert(data.end(), k.conv_at(l), k.conv_at(l) + kv.conv_size);
-    data.insert(data.end(), k.ssm_at(l), k.ssm_at(l) + kv.ssm_size);
-  }
-  for (int64_t l : attn_layers_) {
-    data.insert(data.end(), k.k_at(l, base), k.k_at(l, base) + tail * d);
-    data.insert(data.end(), k.v_at(l, base), k.v_at(l, base) + tail * d);
-  }
-  snaps_.put(n, hash, data);
+  // The device tier when it has slots (spilling its least recently used state to the host).
+  const int32_t slot = hybrid() ? snaps_.take_slot([&](int32_t victim, std::vector<float>& out) {
+    out.resize(io.state_floats());
+    io.read_slot(victim, out.data());
+  }) : -1;
+  const int64_t state = hybrid() && slot < 0 ? io.state_floats() : 0;
+  std::vector<float> data(state + 2 * n_attn_ * tail * d);
+  if (slot >= 0) io.state_to_slot(slot);
+  if (state > 0) io.read_state(data.data());
+  if (tail > 0) io.read_kv(base, tail, data.data() + state, data.data() + state + n_attn_ * tail * d);
+  snaps_.put(n, hash, data, slot);
 }
 
-void PrefixCache::save(std::span<const int32_t> tokens, int64_t n, const KVCache& kv,
+void PrefixCache::save(std::span<const int32_t> tokens, int64_t n, SeqCacheIO& io,
                        bool snapshot) {
-  FT_CHECK(n <= static_cast<int64_t>(tokens.size()) && n <= kv.capacity);
-  if (hybrid())
-    FT_CHECK(kv.recurrent_len == n, "state holds {} tokens, not {}", kv.recurrent_len, n);
-  const int64_t P = page_tokens(), d = kv.kv_dim, full = n / P;
+  FT_CHECK(n <= static_cast<int64_t>(tokens.size()));
+  const int64_t P = page_tokens(), full = n / P;
   RadixCache::Match m = tree_.match(tokens.first(full * P));
   std::vector<int32_t> pages = m.pages, mine;
   const int64_t need = full - static_cast<int64_t>(pages.size());
@@ -105,20 +156,38 @@ void PrefixCache::save(std::span<const int32_t> tokens, int64_t n, const KVCache
     tree_.evict(need - pool_.n_free());
     tree_.unlock(m.node);
   }
-  for (int64_t i = static_cast<int64_t>(pages.size()); i < full; ++i) {
+  const int64_t first = static_cast<int64_t>(pages.size());
+  for (int64_t i = first; i < full; ++i) {
     const int32_t p = pool_.alloc();
     if (p < 0) break;
-    auto& k = const_cast<KVCache&>(kv);
-    for (size_t a = 0; a < attn_layers_.size(); ++a) {
-      std::copy_n(k.k_at(attn_layers_[a], i * P), P * d, pool_.k(p, a));
-      std::copy_n(k.v_at(attn_layers_[a], i * P), P * d, pool_.v(p, a));
-    }
     pages.push_back(p);
     mine.push_back(p);
   }
+  copy_pages_out(mine, first, io);
   tree_.insert(tokens, pages);
   for (int32_t p : mine) pool_.unref(p);
-  if (snapshot) save_snapshot(tokens, n, kv);
+  if (snapshot) save_snapshot(tokens, n, io);
+}
+
+int64_t PrefixCache::restore(std::span<const int32_t> prompt, KVCache& kv) {
+  KvCacheIO io(c_, kv);
+  const int64_t n = restore(prompt, io);
+  kv.recurrent_len = n;
+  return n;
+}
+
+void PrefixCache::save(std::span<const int32_t> tokens, int64_t n, const KVCache& kv,
+                       bool snapshot) {
+  FT_CHECK(n <= kv.capacity);
+  if (hybrid())
+    FT_CHECK(kv.recurrent_len == n, "state holds {} tokens, not {}", kv.recurrent_len, n);
+  KvCacheIO io(c_, const_cast<KVCache&>(kv));  // save only reads
+  save(tokens, n, io, snapshot);
+}
+
+void PrefixCache::clear() {
+  tree_.evict(pool_.n_pages());
+  snaps_.clear();
 }
 
 PrefixCacheStats PrefixCache::stats() const {
@@ -131,6 +200,9 @@ PrefixCacheStats PrefixCache::stats() const {
           .evicted_pages = t.evicted_pages,
           .snapshots = s.count,
           .snapshot_evictions = s.evicted,
+          .device_snapshots = s.device,
+          .device_slots = s.device_slots,
+          .snapshot_spills = s.spilled,
           .kv_bytes = pool_.bytes(),
           .snapshot_bytes = s.bytes,
           .snapshot_budget = s.budget,

@@ -18,23 +18,44 @@ std::vector<uint64_t> prefix_hashes(std::span<const int32_t> tokens) {
   return out;
 }
 
-bool SnapshotPool::put(int64_t pos, uint64_t hash, std::span<const float> data) {
+SnapshotPool::SnapshotPool(size_t budget_bytes, int32_t n_slots)
+    : budget_(budget_bytes), n_slots_(n_slots) {
+  for (int32_t i = n_slots - 1; i >= 0; --i) free_slots_.push_back(i);
+}
+
+bool SnapshotPool::put(int64_t pos, uint64_t hash, std::span<const float> data, int32_t slot) {
   const size_t need = data.size() * sizeof(float);
   auto old = map_.find({pos, hash});
-  if (old != map_.end()) {
-    bytes_ -= old->second.data.size() * sizeof(float);
-    map_.erase(old);
+  if (old != map_.end()) erase(old);
+  if (need > budget_) {
+    if (slot >= 0) free_slots_.push_back(slot);
+    return false;
   }
-  if (need > budget_) return false;
   evict_to(budget_ - need);
   Snapshot& s = map_[{pos, hash}];
   s.pos = pos;
   s.hash = hash;
   s.data.assign(data.begin(), data.end());
   s.last_use = ++tick_;
+  s.slot = slot;
   bytes_ += need;
   ++stored_;
   return true;
+}
+
+void SnapshotPool::add_spilled(Snapshot& s, std::vector<float> state) {
+  const size_t added = state.size() * sizeof(float);
+  state.insert(state.end(), s.data.begin(), s.data.end());
+  s.data = std::move(state);
+  bytes_ += added;
+  ++spilled_;
+  evict_to(budget_);
+}
+
+void SnapshotPool::erase(std::map<std::pair<int64_t, uint64_t>, Snapshot>::iterator it) {
+  bytes_ -= it->second.data.size() * sizeof(float);
+  if (it->second.slot >= 0) free_slots_.push_back(it->second.slot);
+  map_.erase(it);
 }
 
 bool SnapshotPool::touch(int64_t pos, uint64_t hash) {
@@ -49,8 +70,7 @@ void SnapshotPool::evict_to(size_t bytes) {
     auto lru = map_.begin();
     for (auto it = map_.begin(); it != map_.end(); ++it)
       if (it->second.last_use < lru->second.last_use) lru = it;
-    bytes_ -= lru->second.data.size() * sizeof(float);
-    map_.erase(lru);
+    erase(lru);
     ++evicted_;
   }
 }
@@ -61,8 +81,7 @@ void SnapshotPool::set_budget(size_t bytes) {
 }
 
 void SnapshotPool::clear() {
-  map_.clear();
-  bytes_ = 0;
+  while (!map_.empty()) erase(map_.begin());
 }
 
 SnapshotPool::Stats SnapshotPool::stats() const {
@@ -71,7 +90,10 @@ SnapshotPool::Stats SnapshotPool::stats() const {
           .evicted = evicted_,
           .hits = hits_,
           .bytes = bytes_,
-          .budget = budget_};
+          .budget = budget_,
+          .device = n_slots_ - static_cast<int64_t>(free_slots_.size()),
+          .device_slots = n_slots_,
+          .spilled = spilled_};
 }
 
 }  // namespace ft

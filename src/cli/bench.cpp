@@ -7,6 +7,7 @@
 #include "backend/cpu/kernels.h"
 #include "base/error.h"
 #include "base/timer.h"
+#include "cli/bench_agent.h"
 #include "cli/bench_bw.h"
 #include "cli/bench_elastic.h"
 #include "cli/bench_offload.h"
@@ -118,6 +119,7 @@ void add_bench_command(CLI::App& app) {
     run_bench_cpu(*o);
   });
   add_bench_offload_command(*bench);
+  add_bench_agent_command(*bench);
   add_bench_bw_command(*bench);
   add_bench_elastic_command(*bench);
 }

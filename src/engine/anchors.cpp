@@ -41,4 +41,18 @@ std::vector<int64_t> find_anchors(std::span<const int32_t> tokens, const AnchorT
   return out;
 }
 
+std::vector<int64_t> thin_anchors(std::span<const int64_t> cuts, int64_t gap, int64_t from,
+                                  int64_t end) {
+  if (gap <= 0) return {cuts.begin(), cuts.end()};
+  std::vector<int64_t> out;
+  for (int64_t c : cuts) {
+    const int64_t prev = out.empty() ? from : out.back();
+    if (c == end && !out.empty() && c - prev < gap)
+      out.back() = c;  // the end replaces a kept anchor just before it
+    else if (c == end || c - prev >= gap)
+      out.push_back(c);
+  }
+  return out;
+}
+
 }  // namespace ft

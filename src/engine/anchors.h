@@ -25,4 +25,12 @@ AnchorTokens anchor_tokens(const Tokenizer& tok);
 std::vector<int64_t> find_anchors(std::span<const int32_t> tokens, const AnchorTokens& a,
                                   int64_t every, int64_t from = 0);
 
+// Drops each anchor closer than gap tokens after the previous one kept (or after from, where
+// the prefill starts); end, the prompt's length, always stays, replacing a kept anchor less
+// than gap before it. A prefill whose chunks end at anchors then runs
+// fewer, longer chunks (an offloaded model streams its experts once per chunk) at the price of
+// at most gap more tokens recomputed where a later request diverges. gap <= 0: all kept.
+std::vector<int64_t> thin_anchors(std::span<const int64_t> cuts, int64_t gap, int64_t from,
+                                  int64_t end);
+
 }  // namespace ft

@@ -24,6 +24,9 @@ struct BackendOptions {
   // (0 serves HTTP), node 0's NCCL bootstrap ADDR:PORT.
   int tensor_parallel = 1, nnodes = 1, node_rank = 0;
   std::string master;
+  // VRAM for the prefix cache's recurrent-state snapshots (hybrid models; taken from the
+  // budget before the planner splits it): as many whole snapshots as fit.
+  size_t state_snapshot_vram = 0;
 };
 
 // Flag checks that need no model or device; throws ft::Error naming the flag and the fix.

@@ -5,6 +5,7 @@
 
 #include "backend/cpu/kernels.h"
 #include "base/error.h"
+#include "cache/prefix_cache.h"
 #include "engine/runner.h"
 
 namespace ft {
@@ -29,8 +30,24 @@ class CpuRunner : public Runner {
     len_[seq] = 0;
   }
   void close(int seq) override { kv_.at(seq).reset(); }
-  bool host_caches() const override { return true; }
-  KVCache* host_kv(int seq) override { return kv_.at(seq).get(); }
+  bool prefix_io() const override { return true; }
+  void export_kv(int seq, int64_t pos0, int64_t n, float* k, float* v) override {
+    io(seq).read_kv(pos0, n, k, v);
+  }
+  void import_kv(int seq, int64_t pos0, int64_t n, const float* k, const float* v) override {
+    io(seq).write_kv(pos0, n, k, v);
+  }
+  int64_t state_floats() const override {
+    const ModelConfig& c = model_.config();
+    int64_t n = 0;
+    for (int64_t l = 0; l < c.n_layers; ++l) n += c.is_delta(l);
+    const DeltaNetConfig& d = c.delta;
+    return n * (d.conv_dim() * (d.conv_kernel - 1) + d.n_v_heads * d.k_head_dim * d.v_head_dim);
+  }
+  void export_state(int seq, float* dst) override { io(seq).read_state(dst); }
+  void import_state(int seq, const float* src, int64_t len) override {
+    io(seq).write_state(src, len);
+  }
 
   void forward_batch(std::span<const RunnerStep> steps) override {
     batch_.clear();
@@ -79,6 +96,11 @@ class CpuRunner : public Runner {
   }
 
  private:
+  KvCacheIO io(int seq) {
+    FT_CHECK(seq >= 0 && seq < max_seqs() && kv_[seq], "slot {} is not open", seq);
+    return KvCacheIO(model_.config(), *kv_[seq]);
+  }
+
   const Model& model_;
   ThreadPool pool_;
   Transformer tf_;

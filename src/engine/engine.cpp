@@ -9,6 +9,7 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "base/timer.h"
+#include "engine/runner_io.h"
 #include "tokenizer/detokenizer.h"
 
 namespace ft {
@@ -62,13 +63,14 @@ Engine::Engine(std::unique_ptr<Model> model, std::unique_ptr<Tokenizer> tok, Eng
   stats_.weight_bytes = runner_->weight_bytes();
   const int64_t prefix_tokens =
       opt_.prefix_cache_tokens < 0 ? opt_.ctx_size : opt_.prefix_cache_tokens;
-  if (prefix_tokens > 0 && runner_->host_caches()) {
+  if (prefix_tokens > 0 && runner_->prefix_io()) {
     constexpr int64_t page = 16;
     prefix_ = std::make_unique<PrefixCache>(
         model_->config(), PrefixCacheOptions{.page_tokens = page,
                                              .kv_pages = (prefix_tokens + page - 1) / page,
-                                             .snapshot_bytes = opt_.prefix_snapshot_bytes});
-    anchors_ = anchor_tokens(*tok_);
+                                             .snapshot_bytes = opt_.prefix_snapshot_bytes,
+                                             .device_snapshots = runner_->state_slots()});
+    if (opt_.semantic_anchors) anchors_ = anchor_tokens(*tok_);
     stats_.prefix = prefix_->stats();
   }
   stats_.runner = runner_->stats();
@@ -147,6 +149,23 @@ EngineStats Engine::stats() const {
   EngineStats s = stats_;
   s.uptime_s = uptime_.seconds();
   return s;
+}
+
+void Engine::reset_prefix_cache(bool semantic_anchors) {
+  std::unique_lock lock(mu_);
+  // Idle once the loop has published running == 0 after the last step (a finished request's
+  // DONE event comes just before); it reads prefix_ again only for a later request.
+  for (int i = 0; i < 10000 && stats_.running > 0; ++i) {
+    lock.unlock();
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    lock.lock();
+  }
+  FT_CHECK(stats_.running == 0 && waiting_.empty(), "reset_prefix_cache while requests run");
+  opt_.semantic_anchors = semantic_anchors;
+  if (!prefix_) return;
+  prefix_->clear();
+  anchors_ = semantic_anchors ? anchor_tokens(*tok_) : AnchorTokens{};
+  stats_.prefix = prefix_->stats();
 }
 
 std::vector<RequestRecord> Engine::recent_requests() const {
@@ -357,26 +376,35 @@ void Engine::log_stats() {
 
 void Engine::prefix_restore(Slot& s) {
   s.restored = true;
-  KVCache* kv = runner_->host_kv(s.seq);
-  if (!prefix_ || !kv) return;
-  s.done = s.cached = prefix_->restore(s.tokens, *kv);
-  s.cuts = find_anchors(s.tokens, anchors_, opt_.anchor_every, s.done);
+  if (!prefix_) return;
+  RunnerSeqIO io(*runner_, s.seq);
+  s.done = s.cached = prefix_->restore(s.tokens, io);
+  s.cuts = thin_anchors(find_anchors(s.tokens, anchors_, opt_.anchor_every, s.done),
+                        opt_.anchor_gap, s.done, static_cast<int64_t>(s.tokens.size()));
   std::lock_guard lock(mu_);
   stats_.cached_tokens_total += s.cached;
 }
 
+// Hybrid models snapshot their recurrent state where a chunk ends, so prefill chunks end at
+// the anchors; attention-only models keep every position's KV, so anchors passed inside a
+// chunk are recorded after it (fewer, longer chunks: offloaded prefill streams the experts
+// once per chunk).
 void Engine::prefix_save(Slot& s, bool at_end) {
-  KVCache* kv = runner_->host_kv(s.seq);
-  if (!prefix_ || !kv || s.done == 0) return;
+  if (!prefix_ || s.done == 0) return;
+  RunnerSeqIO io(*runner_, s.seq);
   if (!at_end) {
-    bool anchor = s.next_cut < s.cuts.size() && s.cuts[s.next_cut] == s.done;
-    if (anchor) ++s.next_cut;
+    bool anchor = false;
+    while (s.next_cut < s.cuts.size() && s.cuts[s.next_cut] <= s.done) {
+      const int64_t cut = s.cuts[s.next_cut++];
+      if (cut == s.done) anchor = true;
+      else if (!prefix_->hybrid()) prefix_->save(s.tokens, cut, io, true);
+    }
     if (s.done > s.prompt_len)  // decoding: after an `after` id (</think>, </tool_call>, ...)
       anchor = std::find(anchors_.after.begin(), anchors_.after.end(), s.tokens[s.done - 1]) !=
                anchors_.after.end();
     if (!anchor) return;
   }
-  prefix_->save(s.tokens, s.done, *kv, true);
+  prefix_->save(s.tokens, s.done, io, true);
 }
 
 void Engine::step(std::vector<std::unique_ptr<Slot>>& running) {
@@ -416,7 +444,8 @@ void Engine::step(std::vector<std::unique_ptr<Slot>>& running) {
     const int64_t left = static_cast<int64_t>(s->tokens.size()) - s->done;
     if (s->done >= s->prompt_len || budget <= 0) continue;
     int64_t n = std::min(left, budget);
-    if (s->next_cut < s->cuts.size()) n = std::min(n, s->cuts[s->next_cut] - s->done);
+    if (s->next_cut < s->cuts.size() && prefix_->hybrid())
+      n = std::min(n, s->cuts[s->next_cut] - s->done);
     const bool last = n == left;
     batch.push_back({s->seq, s->tokens.data() + s->done, n, s->done,
                      last ? s->logits.data() : nullptr});

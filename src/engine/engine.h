@@ -32,6 +32,8 @@ struct EngineOptions {
   int64_t prefix_cache_tokens = -1;
   size_t prefix_snapshot_bytes = size_t(256) << 20;
   int64_t anchor_every = 512;
+  bool semantic_anchors = true;  // false: checkpoints only every anchor_every and at the end
+  int64_t anchor_gap = 0;        // thin_anchors: drop anchors closer than this (0: keep all)
   // Elastic memory (issue #9): the free-memory watcher (on where the runner has a device or
   // memory_probe is set: a test hook reading "free/total device memory").
   ElasticOptions elastic;
@@ -101,6 +103,9 @@ class Engine {
   void submit(const std::shared_ptr<Request>& req);
 
   EngineStats stats() const;
+  // Empties the prefix cache and sets whether semantic anchors are used (benchmarks comparing
+  // both on one engine). Only while idle: every submitted request has finished.
+  void reset_prefix_cache(bool semantic_anchors);
   // Live re-split (issue #9): validates t against the pools' limits and the budget at once
   // (RequestError 400 naming the limit), then queues it; the engine thread applies it at its
   // next safe point between steps, while requests run. Returns the resize's id.

@@ -78,11 +78,26 @@ class Runner {
   virtual RunnerStats stats() const = 0;
   virtual size_t weight_bytes() const = 0;
   virtual size_t kv_bytes() const = 0;  // bytes of KV cache held now
-  // The host KVCache of open slot seq, for the prefix cache to copy prefixes in and out;
-  // nullptr where the cache lives on a device. host_caches(): whether it ever returns one (the
-  // engine's prefix cache is on only then).
-  virtual bool host_caches() const { return false; }
-  virtual KVCache* host_kv(int seq) { return nullptr; }
+  // Prefix export/import, for the engine's prefix cache (on only where prefix_io() is true):
+  // host copies of open slot seq's KV at positions [pos0, pos0 + n) of every attention layer,
+  // k and v [n_attention_layers, n, kv_dim] f32 (layers in model order), and for hybrid models
+  // the recurrent state after the tokens the slot holds: state_floats() floats in the runner's
+  // own layout (opaque to the engine). import_state makes the slot hold len tokens, so its next
+  // step starts at position len.
+  virtual bool prefix_io() const { return false; }
+  virtual void export_kv(int seq, int64_t pos0, int64_t n, float* k, float* v) { no_io(); }
+  virtual void import_kv(int seq, int64_t pos0, int64_t n, const float* k, const float* v) {
+    no_io();
+  }
+  virtual int64_t state_floats() const { return 0; }
+  virtual void export_state(int seq, float* dst) { no_io(); }
+  virtual void import_state(int seq, const float* src, int64_t len) { no_io(); }
+  // The prefix cache's device tier of state snapshots (0 slots: none): slot copies of a
+  // slot's recurrent state kept in device memory; restoring one is a device-to-device copy.
+  virtual int32_t state_slots() const { return 0; }
+  virtual void state_to_slot(int seq, int32_t slot) { no_io(); }
+  virtual void slot_to_state(int32_t slot, int seq, int64_t len) { no_io(); }
+  virtual void read_slot(int32_t slot, float* dst) { no_io(); }
 
   // Elastic memory (issue #9). pools(): the runner's resizable pools ("moe", "kv"); none by
   // default. resize() applies a target (validated by the engine against pools()) between
@@ -94,6 +109,9 @@ class Runner {
   }
   // Free and total device memory now (any thread); false where there is no device.
   virtual bool device_memory(size_t* free_bytes, size_t* total_bytes) const { return false; }
+
+ private:
+  [[noreturn]] static void no_io() { FT_CHECK(false, "this runner has no prefix export/import"); }
 };
 
 // The CPU runner: threads (0: one per core), max_chunk tokens per step, max_seqs slots whose

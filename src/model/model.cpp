@@ -1,6 +1,7 @@
 // Model::load (HF directory) and Model::synthetic (random in-memory weights for benchmarks).
 #include "model/model.h"
 
+#include <cmath>
 #include <random>
 
 #include "base/error.h"
@@ -75,7 +76,27 @@ ModelConfig synthetic_moe_config(const SyntheticShape& s) {
   return c;
 }
 
-std::unique_ptr<Model> Model::synthetic(const ModelConfig& config, uint64_t seed) {
+// A Gated DeltaNet mixer with random projections, a small causal conv and decays spread over
+// (0, 1) (A = 1..16, dt_bias 0), like a trained layer's ranges.
+template <class Make>
+void synthetic_delta(const ModelConfig& c, DeltaNetWeights& D, Make& make, std::mt19937_64& rng) {
+  const DeltaNetConfig& d = c.delta;
+  D.qkv = make({d.conv_dim(), c.hidden}, "qkv");
+  D.z = make({d.value_dim(), c.hidden}, "z");
+  D.b = make({d.n_v_heads, c.hidden}, "b");
+  D.a = make({d.n_v_heads, c.hidden}, "a");
+  D.out = make({c.hidden, d.value_dim()}, "out");
+  std::uniform_real_distribution<float> u(-0.5f, 0.5f), decay(1.f, 16.f);
+  D.conv.resize(d.conv_dim() * d.conv_kernel);
+  for (float& x : D.conv) x = u(rng);
+  D.a_log.resize(d.n_v_heads);
+  for (float& x : D.a_log) x = std::log(decay(rng));
+  D.dt_bias.assign(d.n_v_heads, 0.f);
+  D.norm.assign(d.v_head_dim, 1.f);
+}
+
+std::unique_ptr<Model> Model::synthetic(const ModelConfig& config, uint64_t seed,
+                                        bool one_expert) {
   validate_config(config, "synthetic config");
   std::unique_ptr<Model> m(new Model());
   m->dir_ = "(synthetic)";
@@ -106,24 +127,41 @@ std::unique_ptr<Model> Model::synthetic(const ModelConfig& config, uint64_t seed
   w.lm_head = c.tie_embeddings ? w.embed : make({c.vocab_size, c.hidden}, "lm_head");
   w.final_norm.assign(c.hidden, 1.f);
   w.layers.resize(c.n_layers);
+  ExpertWeights first_expert;
   for (int64_t l = 0; l < c.n_layers; ++l) {
     LayerWeights& L = w.layers[l];
     L.attn_norm.assign(c.hidden, 1.f);
     L.ffn_norm.assign(c.hidden, 1.f);
-    L.q.w = make({c.q_dim(), c.hidden}, "q");
-    L.k.w = make({c.kv_dim(), c.hidden}, "k");
-    L.v.w = make({c.kv_dim(), c.hidden}, "v");
-    L.o.w = make({c.hidden, c.q_dim()}, "o");
-    if (c.qk_norm == QkNorm::PER_HEAD) {
-      L.q_norm.assign(c.head_dim, 1.f);
-      L.k_norm.assign(c.head_dim, 1.f);
+    if (c.is_delta(l)) {
+      synthetic_delta(c, L.delta, make, rng);
+    } else {
+      L.q.w = make({(c.attn_output_gate ? 2 : 1) * c.q_dim(), c.hidden}, "q");
+      L.k.w = make({c.kv_dim(), c.hidden}, "k");
+      L.v.w = make({c.kv_dim(), c.hidden}, "v");
+      L.o.w = make({c.hidden, c.q_dim()}, "o");
+      if (c.qk_norm == QkNorm::PER_HEAD) {
+        L.q_norm.assign(c.head_dim, 1.f);
+        L.k_norm.assign(c.head_dim, 1.f);
+      }
     }
     if (c.layer_is_moe[l]) {
       L.router = make({c.n_experts, c.hidden}, "router");
       L.experts.resize(c.n_experts);
-      for (auto& e : L.experts)
+      for (auto& e : L.experts) {
+        if (one_expert && first_expert.gate.data) {  // stand-ins: every expert views one
+          e = first_expert;
+          continue;
+        }
         e = {make({c.expert_dim, c.hidden}, "gate"), make({c.expert_dim, c.hidden}, "up"),
              make({c.hidden, c.expert_dim}, "down")};
+        first_expert = e;
+      }
+      if (c.shared_expert_dim > 0) {
+        L.shared = {make({c.shared_expert_dim, c.hidden}, "shared_gate"),
+                    make({c.shared_expert_dim, c.hidden}, "shared_up"),
+                    make({c.hidden, c.shared_expert_dim}, "shared_down")};
+        L.shared_gate = make({1, c.hidden}, "shared_expert_gate");
+      }
     } else {
       L.gate = make({c.ffn_dim, c.hidden}, "gate");
       L.up = make({c.ffn_dim, c.hidden}, "up");

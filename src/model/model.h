@@ -25,9 +25,12 @@ class Model {
   static std::unique_ptr<Model> load_ftc(
       const std::string& dir, const std::function<void(size_t, size_t)>& progress = {});
 
-  // A model with random bf16 weights made in memory (benchmarks; no file).
-  static std::unique_ptr<Model> synthetic(const ModelConfig& config, uint64_t seed);
-
+  // A model with random bf16 weights made in memory (benchmarks; no file). Hybrid configs get
+  // DeltaNet layers, gated attention and shared experts. one_expert: every routed expert of
+  // every layer views one set of matrices (a stand-in where the experts are offloaded anyway
+  // and only their bytes matter: 35B shapes in a few GB).
+  static std::unique_ptr<Model> synthetic(const ModelConfig& config, uint64_t seed,
+                                          bool one_expert = false);
   // A model over weights built elsewhere (a tensor-parallel shard: parallel/tp_plan.h). Its
   // views may point into another Model, which must outlive this one.
   static std::unique_ptr<Model> from_weights(const ModelConfig& config, ModelWeights weights,
