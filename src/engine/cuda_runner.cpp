@@ -133,6 +133,35 @@ class CudaRunner : public Runner {
     cuda::memory_info(free_bytes, total_bytes);
     return true;
   }
+  // Prefix cache: the sequence's KV and recurrent state copied to / from the host.
+  bool prefix_io() const override { return true; }
+  void export_kv(int seq, int64_t pos0, int64_t n, float* k, float* v) override {
+    tf_.read_kv(seq, pos0, n, k, v);
+  }
+  void import_kv(int seq, int64_t pos0, int64_t n, const float* k, const float* v) override {
+    tf_.write_kv(seq, pos0, n, k, v);
+  }
+  int64_t state_floats() const override {
+    return static_cast<int64_t>(tf_.state_bytes_per_seq() / sizeof(float));
+  }
+  void export_state(int seq, float* dst) override { tf_.read_state(seq, dst); }
+  void import_state(int seq, const float* src, int64_t len) override {
+    tf_.write_state(seq, src, len);
+  }
+  // The prefix cache's VRAM tier: n recurrent-state slots, allocated once (make_runner took
+  // their bytes off the planner's budget).
+  void set_state_slots(int32_t n) {
+    n_slots_ = tf_.state_bytes_per_seq() ? n : 0;
+    if (n_slots_ > 0) slots_ = cuda::DeviceBuffer(n_slots_ * tf_.state_bytes_per_seq());
+  }
+  int32_t state_slots() const override { return n_slots_; }
+  void state_to_slot(int seq, int32_t slot) override { tf_.state_to_device(seq, slot_at(slot)); }
+  void slot_to_state(int32_t slot, int seq, int64_t len) override {
+    tf_.state_from_device(seq, slot_at(slot), len);
+  }
+  void read_slot(int32_t slot, float* dst) override {
+    cuda::copy_to_host(dst, slot_at(slot), tf_.state_bytes_per_seq());
+  }
 
   void forward_batch(std::span<const RunnerStep> steps) override {
     batch_.clear();
@@ -169,13 +198,30 @@ class CudaRunner : public Runner {
     o.experts = host;
     return o;
   }
+  char* slot_at(int32_t slot) const {
+    FT_CHECK(slot >= 0 && slot < n_slots_, "state slot {}", slot);
+    return slots_.as<char>() + slot * tf_.state_bytes_per_seq();
+  }
   const Model& model_;
   std::unique_ptr<HostExperts> host_;  // before tf_: the transformer reads it
   CudaTransformer tf_;
   RunnerStats base_;
   std::vector<CudaSeqStep> batch_;
+  cuda::DeviceBuffer slots_;  // [n_slots_, state_bytes_per_seq] prefix-cache state snapshots
+  int32_t n_slots_ = 0;
   std::vector<bool> open_ = std::vector<bool>(tf_.max_seqs(), false);
 };
+
+// Bytes of one sequence's recurrent state (CudaTransformer's layout: every DeltaNet layer's
+// conv state [conv_dim, kernel - 1] and delta state [n_v_heads, k_head_dim, v_head_dim], f32).
+size_t state_snapshot_bytes(const ModelConfig& c) {
+  const DeltaNetConfig& d = c.delta;
+  int64_t layers = 0;
+  for (int64_t l = 0; l < c.n_layers; ++l) layers += c.is_delta(l);
+  return static_cast<size_t>(layers) *
+         (d.conv_dim() * (d.conv_kernel - 1) + d.n_v_heads * d.k_head_dim * d.v_head_dim) *
+         sizeof(float);
+}
 
 // The bandwidth profile's entry for this GPU and format; a broken file is a warning here.
 std::optional<BwEntry> profile_entry(const BackendOptions& b, const std::string& gpu,
@@ -216,6 +262,12 @@ std::unique_ptr<Runner> make_runner(const Model& model, EngineOptions& opt,
     if (!cuda) choose_moe_backend(requested, false, false, nullptr);  // throws: needs a device
     budget = static_cast<size_t>(b.memory_ratio * static_cast<double>(free_b));
   }
+  // The prefix cache's VRAM snapshot tier comes off the budget first (at most half of it).
+  const size_t snap_bytes = state_snapshot_bytes(model.config());
+  const int32_t snap_slots = snap_bytes ? static_cast<int32_t>(std::min(
+                                              b.state_snapshot_vram, budget / 2) / snap_bytes)
+                                        : 0;
+  budget -= snap_slots * snap_bytes;
   const GpuSeqLayout layout = gpu_seq_layout(opt, b);
   const HostExperts shape = expert_shape(model);
   MemoryRequest req =
@@ -277,8 +329,14 @@ std::unique_ptr<Runner> make_runner(const Model& model, EngineOptions& opt,
                   offload.pcie_Bps / (offload.pcie_Bps + offload.cpu_Bps));
     }
   }
-  return std::make_unique<CudaRunner>(model, layout.ctx, opt.chunk, layout.seqs, std::move(host),
-                                      offload, base);
+  auto runner = std::make_unique<CudaRunner>(model, layout.ctx, opt.chunk, layout.seqs,
+                                             std::move(host), offload, base);
+  if (snap_slots > 0) {
+    runner->set_state_slots(snap_slots);
+    FT_LOG_INFO("prefix cache: {} recurrent-state snapshots in VRAM ({})", snap_slots,
+                gib(snap_slots * snap_bytes));
+  }
+  return runner;
 }
 
 }  // namespace ft
