@@ -177,6 +177,19 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--moe-cache-rate", o->backend.moe_cache_rate,
                   "GPU expert slots as a fraction of all experts")
       ->check(CLI::Range(0.0, 1.0))->excludes(cache_size);
+  // Tensor parallelism over NCCL (issue #10): one model split across GPUs and hosts.
+  cmd->add_option("--tensor-parallel", o->backend.tensor_parallel,
+                  "GPUs the model is split across (heads, MLP and expert widths), all nodes "
+                  "together; --gpu-memory / --memory-ratio are then per GPU")
+      ->check(CLI::Range(1, 64))->capture_default_str();
+  cmd->add_option("--nnodes", o->backend.nnodes,
+                  "Hosts taking part, each running ft serve with the same flags")
+      ->check(CLI::Range(1, 64))->capture_default_str();
+  cmd->add_option("--node-rank", o->backend.node_rank,
+                  "This host's index: 0 serves HTTP, the others run their GPUs' ranks")
+      ->check(CLI::Range(0, 63))->capture_default_str();
+  cmd->add_option("--master", o->backend.master,
+                  "ADDR:PORT where node 0 runs NCCL's bootstrap (several nodes)");
   // Elastic memory (issue #9): the free-VRAM watcher that shrinks and grows the expert cache.
   auto elastic_on = std::make_shared<std::string>("on");
   auto elastic_floor = std::make_shared<std::string>(), elastic_margin = std::make_shared<std::string>();
@@ -197,19 +210,6 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--elastic-grow-cooldown", o->engine.elastic.grow_cooldown_s,
                   "Seconds after a resize before the watcher grows a pool")
       ->check(CLI::Range(0.0, 3600.0))->capture_default_str();
-  // Tensor parallelism over NCCL (issue #10): one model split across GPUs and hosts.
-  cmd->add_option("--tensor-parallel", o->backend.tensor_parallel,
-                  "GPUs the model is split across (heads, MLP and expert widths), all nodes "
-                  "together; --gpu-memory / --memory-ratio are then per GPU")
-      ->check(CLI::Range(1, 64))->capture_default_str();
-  cmd->add_option("--nnodes", o->backend.nnodes,
-                  "Hosts taking part, each running ft serve with the same flags")
-      ->check(CLI::Range(1, 64))->capture_default_str();
-  cmd->add_option("--node-rank", o->backend.node_rank,
-                  "This host's index: 0 serves HTTP, the others run their GPUs' ranks")
-      ->check(CLI::Range(0, 63))->capture_default_str();
-  cmd->add_option("--master", o->backend.master,
-                  "ADDR:PORT where node 0 runs NCCL's bootstrap (several nodes)");
   auto* ctx = cmd->get_option("--ctx-size");
   cmd->callback([o, ctx, elastic_on, elastic_floor, elastic_margin] {
     o->backend.ctx_size_given = ctx->count() > 0;

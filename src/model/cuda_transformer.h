@@ -109,6 +109,23 @@ class CudaTransformer {
   // The expert slot pool in offload mode, else nullptr.
   const GpuExpertStore* expert_store() const { return store_.get(); }
 
+  // Live resize between passes (issue #9; model/cuda_transformer_resize.cpp). Offload mode: a
+  // new pool of `slots` expert slots in [n_experts, moe_layers * n_experts] (cached experts
+  // are dropped; the decode workspace is rebuilt and graphs re-capture). KV: every sequence's
+  // cache to `capacity` tokens, keeping each open sequence's first min(old, new) positions.
+  // Both allocate before they free where VRAM allows; on OutOfMemory nothing changed.
+  void resize_expert_slots(int64_t slots);
+  void resize_kv(int64_t capacity, const std::vector<bool>& open);
+  size_t kv_token_bytes() const;  // KV bytes of one token of one sequence
+  int64_t kv_layers() const;      // layers with a KV cache
+
+  // Tensor parallelism (parallel/cuda/cuda_transformer_tp.cpp): the model is one rank's
+  // shard (parallel/tp_plan.h); after each attention and FFN block the partial hidden
+  // states are summed over comm (not owned; outlives this), rank 0 alone keeping the
+  // residual. full_q_dim / full_kv_dim: the unsharded widths (full-width q/k norms).
+  // Call before the first pass, on the thread and device that run the passes.
+  void set_tp(cuda::Comm* comm, int64_t full_q_dim, int64_t full_kv_dim);
+
   // ---- Hybrid models (DeltaNet layers; model/cuda_delta_net.cpp), and sequence state
   // import/export for the prefix cache. A sequence's recurrent state is every DeltaNet layer's
   // conv state, then every layer's delta (ssm) state, in the CPU KVCache's layout: exactly
@@ -131,23 +148,6 @@ class CudaTransformer {
   // (model/cuda_transformer_prefix.cpp).
   void state_to_device(int seq, void* dst);
   void state_from_device(int seq, const void* src, int64_t recurrent_len);
-
-  // Tensor parallelism (parallel/cuda/cuda_transformer_tp.cpp): the model is one rank's
-  // shard (parallel/tp_plan.h); after each attention and FFN block the partial hidden
-  // states are summed over comm (not owned; outlives this), rank 0 alone keeping the
-  // residual. full_q_dim / full_kv_dim: the unsharded widths (full-width q/k norms).
-  // Call before the first pass, on the thread and device that run the passes.
-  void set_tp(cuda::Comm* comm, int64_t full_q_dim, int64_t full_kv_dim);
-
-  // Live resize between passes (issue #9; model/cuda_transformer_resize.cpp). Offload mode: a
-  // new pool of `slots` expert slots in [n_experts, moe_layers * n_experts] (cached experts
-  // are dropped; the decode workspace is rebuilt and graphs re-capture). KV: every sequence's
-  // cache to `capacity` tokens, keeping each open sequence's first min(old, new) positions.
-  // Both allocate before they free where VRAM allows; on OutOfMemory nothing changed.
-  void resize_expert_slots(int64_t slots);
-  void resize_kv(int64_t capacity, const std::vector<bool>& open);
-  size_t kv_token_bytes() const;  // KV bytes of one token of one sequence
-  int64_t kv_layers() const;      // layers with a KV cache
 
  private:
   // Device views of one layer's weights (nullptr / empty where the layer has none).
@@ -229,14 +229,6 @@ class CudaTransformer {
       route_w_, slot_ids_, logits_;
   cuda::DeviceBuffer route_counter_;  // the fused router GEMV's block count (zero between calls)
   int64_t logit_rows_ = 0;  // rows of logits_ (lm_head runs in pieces of this many tokens)
-  // Hybrid: per-layer index among layers of its kind (attention layers own KV, DeltaNet layers
-  // a state slot), the recurrent state [max_seqs, state_stride_] and scratch.
-  std::vector<HybridLayer> hybrid_layers_;
-  std::vector<int64_t> kv_slot_;
-  int64_t n_delta_ = 0, conv_size_ = 0, ssm_size_ = 0, state_stride_ = 0;
-  std::vector<int64_t> rec_len_;  // [max_seqs] tokens each state summarises
-  cuda::DeviceBuffer state_, qg_, dn_qkv_, dn_conv_, dn_z_, dn_b_, dn_a_, dn_out_, sh_g_, sh_u_,
-      sh_logit_;
   // Tensor parallelism: ranks > 0 zero x_ before adding a block's partial; tp_reduce sums
   // x_ over the ranks; tp_qk_norm is the full-width q/k rmsnorm over sharded heads.
   void tp_zero_residual(int64_t n);
@@ -245,6 +237,14 @@ class CudaTransformer {
   cuda::Comm* tp_ = nullptr;
   int64_t tp_q_dim_ = 0, tp_kv_dim_ = 0;
   cuda::DeviceBuffer tp_sumsq_;  // [2, max_chunk]: q and k row sums of squares
+  // Hybrid: per-layer index among layers of its kind (attention layers own KV, DeltaNet layers
+  // a state slot), the recurrent state [max_seqs, state_stride_] and scratch.
+  std::vector<HybridLayer> hybrid_layers_;
+  std::vector<int64_t> kv_slot_;
+  int64_t n_delta_ = 0, conv_size_ = 0, ssm_size_ = 0, state_stride_ = 0;
+  std::vector<int64_t> rec_len_;  // [max_seqs] tokens each state summarises
+  cuda::DeviceBuffer state_, qg_, dn_qkv_, dn_conv_, dn_z_, dn_b_, dn_a_, dn_out_, sh_g_, sh_u_,
+      sh_logit_;
 };
 
 }  // namespace ft

@@ -27,11 +27,11 @@ std::string name_of(const ::testing::TestParamInfo<Check>& info) {
 
 INSTANTIATE_TEST_SUITE_P(Ops, CudaCheck, ::testing::ValuesIn(op_checks()), name_of);
 INSTANTIATE_TEST_SUITE_P(Runtime, CudaCheck, ::testing::ValuesIn(runtime_checks()), name_of);
+INSTANTIATE_TEST_SUITE_P(Hybrid, CudaCheck, ::testing::ValuesIn(hybrid_checks(FT_FIXTURES)),
+                         name_of);
 INSTANTIATE_TEST_SUITE_P(Quant, CudaCheck, ::testing::ValuesIn(quant_checks(FT_FIXTURES)),
                          name_of);
 INSTANTIATE_TEST_SUITE_P(Elastic, CudaCheck, ::testing::ValuesIn(elastic_checks(FT_FIXTURES)),
-                         name_of);
-INSTANTIATE_TEST_SUITE_P(Hybrid, CudaCheck, ::testing::ValuesIn(hybrid_checks(FT_FIXTURES)),
                          name_of);
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaCheck, ::testing::ValuesIn(model_checks(FT_FIXTURES)),
                          name_of);

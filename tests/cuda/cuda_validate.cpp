@@ -54,9 +54,9 @@ int main(int argc, char** argv) {
     }
   }
   if (decode_tokens > 0) std::printf("%s", attention_benchmark().c_str());
-  if (decode_tokens > 0) std::printf("%s", hybrid_benchmark().c_str());
   if (decode_tokens > 0 || filter.rfind("quant", 0) == 0)
     std::printf("%s", quant_bandwidth().c_str());
+  if (decode_tokens > 0) std::printf("%s", hybrid_benchmark().c_str());
   std::printf("%s: %d/%d checks passed\n", failed ? "FAIL" : "PASS", total - failed, total);
   return failed ? 1 : 0;
 }

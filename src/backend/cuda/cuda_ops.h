@@ -447,46 +447,6 @@ void attention(const AttentionArgs& a);
 bool attention_tensor_supported(int64_t head_dim);
 void attention_tensor(const AttentionArgs& a);  // the TENSOR kernel (attention() dispatches)
 
-// ---- tensor parallelism (h10): comm.cu with NCCL, comm_stub.cpp without; rmsnorm_split.cu
-
-// Makes `device` this thread's device: later allocations, streams and launches of the thread
-// go there (one thread per GPU drives a rank).
-void set_device(int device);
-// Whether this build has NCCL (tensor parallelism over several GPUs).
-bool nccl_built();
-// A new NCCL unique id (opaque bytes) for the ranks of one communicator to share. With
-// NCCL_COMM_ID=ADDR:PORT set, every process gets the same id (NCCL's bootstrap: rank 0
-// listens there), which is how ranks on several hosts meet.
-std::string nccl_unique_id();
-
-// One rank of an NCCL communicator. All ranks construct theirs concurrently (one thread per
-// device, set_device first); collectives run on the current stream (graph-capturable), in the
-// same order on every rank.
-class Comm {
- public:
-  Comm(const std::string& unique_id, int rank, int world);
-  ~Comm();
-  Comm(const Comm&) = delete;
-  Comm& operator=(const Comm&) = delete;
-  int rank() const { return rank_; }
-  int world() const { return world_; }
-  // x[0..count) = the sum of every rank's x, in place.
-  void all_reduce_sum(float* x, int64_t count);
-  // root's bytes at buf (device) to every rank's buf.
-  void broadcast(void* buf, size_t bytes, int root);
-
- private:
-  void* handle_ = nullptr;  // ncclComm_t
-  int rank_ = 0, world_ = 1;
-};
-
-// out[r] = sum_j x[r, j]^2 over n rows of dim.
-void row_sumsq(const float* x, int64_t n, int64_t dim, float* out);
-// y[r, j] = x[r, j] / sqrt(sumsq[r] / total_dim + eps) * w[j]: rmsnorm of rows whose other
-// columns live on other ranks (sumsq: all-reduced row_sumsq). y may alias x.
-void rmsnorm_from_sumsq(const float* x, int64_t n, int64_t dim, const float* sumsq,
-                        int64_t total_dim, const float* w, float eps, float* y);
-
 // ---- hybrid families (Qwen3-Next, Qwen3.5/3.6): Gated DeltaNet mixer, gated attention, shared
 // expert gate. Same math as ops/delta_net.cpp and model/delta_net_block.cpp.
 // Tokens of several sequences may share a pass: seq [n] (device) names each token's sequence;
@@ -558,5 +518,45 @@ void attn_output_gate(float* att, const float* qg, int64_t n, int64_t n_heads, i
 
 // The shared expert's gate (shared_gate.cu): x[t, :] += sigmoid(logit[t]) * y[t, :].
 void add_sigmoid_scaled(float* x, const float* y, const float* logit, int64_t n, int64_t dim);
+
+// ---- tensor parallelism (h10): comm.cu with NCCL, comm_stub.cpp without; rmsnorm_split.cu
+
+// Makes `device` this thread's device: later allocations, streams and launches of the thread
+// go there (one thread per GPU drives a rank).
+void set_device(int device);
+// Whether this build has NCCL (tensor parallelism over several GPUs).
+bool nccl_built();
+// A new NCCL unique id (opaque bytes) for the ranks of one communicator to share. With
+// NCCL_COMM_ID=ADDR:PORT set, every process gets the same id (NCCL's bootstrap: rank 0
+// listens there), which is how ranks on several hosts meet.
+std::string nccl_unique_id();
+
+// One rank of an NCCL communicator. All ranks construct theirs concurrently (one thread per
+// device, set_device first); collectives run on the current stream (graph-capturable), in the
+// same order on every rank.
+class Comm {
+ public:
+  Comm(const std::string& unique_id, int rank, int world);
+  ~Comm();
+  Comm(const Comm&) = delete;
+  Comm& operator=(const Comm&) = delete;
+  int rank() const { return rank_; }
+  int world() const { return world_; }
+  // x[0..count) = the sum of every rank's x, in place.
+  void all_reduce_sum(float* x, int64_t count);
+  // root's bytes at buf (device) to every rank's buf.
+  void broadcast(void* buf, size_t bytes, int root);
+
+ private:
+  void* handle_ = nullptr;  // ncclComm_t
+  int rank_ = 0, world_ = 1;
+};
+
+// out[r] = sum_j x[r, j]^2 over n rows of dim.
+void row_sumsq(const float* x, int64_t n, int64_t dim, float* out);
+// y[r, j] = x[r, j] / sqrt(sumsq[r] / total_dim + eps) * w[j]: rmsnorm of rows whose other
+// columns live on other ranks (sumsq: all-reduced row_sumsq). y may alias x.
+void rmsnorm_from_sumsq(const float* x, int64_t n, int64_t dim, const float* sumsq,
+                        int64_t total_dim, const float* w, float eps, float* y);
 
 }  // namespace ft::cuda
