@@ -20,23 +20,6 @@ namespace ft {
 namespace {
 std::string gib(size_t b) { return fmt::format("{:.2f} GiB", b / double(size_t{1} << 30)); }
 
-// The routed experts' shape, without copying them (what the planner needs).
-HostExperts expert_shape(const Model& model) {
-  const ModelConfig& c = model.config();
-  HostExperts h;
-  h.n_layers = c.n_layers;
-  h.n_experts = c.n_experts;
-  for (const auto& L : model.weights().layers) {
-    if (L.experts.empty()) continue;
-    if (h.moe_layers++ == 0) {
-      h.dtype = L.experts[0].gate.dtype;
-      h.inter = L.experts[0].gate.shape[0];
-      h.hidden = L.experts[0].gate.shape[1];
-    }
-  }
-  return h;
-}
-
 // "NVIDIA H200" from "NVIDIA H200, 139.8 GiB, sm_90": the profile's key.
 std::string gpu_name() {
   const std::string s = cuda::device_summary();
@@ -269,7 +252,7 @@ std::unique_ptr<Runner> make_runner(const Model& model, EngineOptions& opt,
                                         : 0;
   budget -= snap_slots * snap_bytes;
   const GpuSeqLayout layout = gpu_seq_layout(opt, b);
-  const HostExperts shape = expert_shape(model);
+  const HostExperts shape = HostExperts::shape_of(model);
   MemoryRequest req =
       cuda_offload_request(model, shape, layout.ctx, opt.chunk, budget, layout.seqs);
   const int64_t all = shape.moe_layers * shape.n_experts;

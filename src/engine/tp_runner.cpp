@@ -21,23 +21,6 @@ namespace ft {
 namespace {
 std::string gib(size_t b) { return fmt::format("{:.2f} GiB", b / double(size_t{1} << 30)); }
 
-// The shard's routed experts' shape, without copying them (what the planner needs).
-HostExperts shard_expert_shape(const Model& shard) {
-  const ModelConfig& c = shard.config();
-  HostExperts h;
-  h.n_layers = c.n_layers;
-  h.n_experts = c.n_experts;
-  for (const auto& L : shard.weights().layers) {
-    if (L.experts.empty()) continue;
-    if (h.moe_layers++ == 0) {
-      h.dtype = L.experts[0].gate.dtype;
-      h.inter = L.experts[0].gate.shape[0];
-      h.hidden = L.experts[0].gate.shape[1];
-    }
-  }
-  return h;
-}
-
 TpOptions tp_options(const BackendOptions& b) {
   return {.world = b.tensor_parallel, .nnodes = b.nnodes, .node_rank = b.node_rank,
           .master = b.master};
@@ -60,7 +43,7 @@ TpSetupFn tp_setup(const BackendOptions& b, const GpuSeqLayout& layout, int64_t 
     if (budget > free_b)
       fail("--gpu-memory {} is more than the {} free on GPU {}; lower it", gib(budget),
            gib(free_b), rank);
-    const HostExperts shape = shard_expert_shape(shard);
+    const HostExperts shape = HostExperts::shape_of(shard);
     MemoryRequest req =
         cuda_offload_request(shard, shape, layout.ctx, chunk, budget, layout.seqs);
     const int64_t all = shape.moe_layers * shape.n_experts;

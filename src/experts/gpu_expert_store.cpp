@@ -28,6 +28,22 @@ size_t HostExperts::total_bytes() const {
   return t;
 }
 
+HostExperts HostExperts::shape_of(const Model& model) {
+  const ModelConfig& c = model.config();
+  HostExperts h;
+  h.n_layers = c.n_layers;
+  h.n_experts = c.n_experts;
+  for (const auto& L : model.weights().layers) {
+    if (L.experts.empty()) continue;
+    if (h.moe_layers++ == 0) {
+      h.dtype = L.experts[0].gate.dtype;
+      h.inter = L.experts[0].gate.shape[0];
+      h.hidden = L.experts[0].gate.shape[1];
+    }
+  }
+  return h;
+}
+
 HostExperts HostExperts::copy_of(const Model& model) {
   const ModelConfig& c = model.config();
   HostExperts h;

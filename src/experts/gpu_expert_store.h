@@ -18,6 +18,9 @@ class HostExperts {
  public:
   // A pinned copy of the model's routed experts (any dtype, all experts of one dtype/shape).
   static HostExperts copy_of(const Model& model);
+  // The routed experts' shape (layers, count, widths, dtype) with no memory: what the planner
+  // needs before anything is pinned.
+  static HostExperts shape_of(const Model& model);
   // Random experts of config's shapes (std ~0.05): a random block memcpy-tiled at a
   // per-matrix offset, on `threads` threads; tens of GB in seconds. A block-quantized dtype
   // (GGUF formats, MXFP4) quantizes random pools of rows once and tiles whole rows of them.

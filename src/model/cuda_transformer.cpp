@@ -336,25 +336,30 @@ void CudaTransformer::forward(const int32_t* ids, int64_t n, int64_t pos0, float
   }
 }
 
-void CudaTransformer::forward_batch(std::span<const CudaSeqStep> steps) {
+int64_t check_steps(std::span<const CudaSeqStep> steps, int max_seqs, int64_t capacity,
+                    int64_t max_chunk, int64_t vocab) {
   if (steps.empty()) fail("forward_batch: no steps");
   int64_t total = 0;
-  std::vector<char> seen(max_seqs_, 0);
+  std::vector<char> seen(max_seqs, 0);
   for (const CudaSeqStep& st : steps) {
-    if (st.seq < 0 || st.seq >= max_seqs_)
-      fail("sequence {} is out of range [0, {})", st.seq, max_seqs_);
+    if (st.seq < 0 || st.seq >= max_seqs)
+      fail("sequence {} is out of range [0, {})", st.seq, max_seqs);
     if (seen[st.seq]) fail("sequence {} appears twice in one batch", st.seq);
     seen[st.seq] = 1;
     if (st.n <= 0) fail("forward_batch: sequence {} has no tokens", st.seq);
-    if (st.pos0 < 0 || st.pos0 + st.n > capacity_)
-      fail("sequence of {} tokens exceeds the context size {}", st.pos0 + st.n, capacity_);
+    if (st.pos0 < 0 || st.pos0 + st.n > capacity)
+      fail("sequence of {} tokens exceeds the context size {}", st.pos0 + st.n, capacity);
     for (int64_t i = 0; i < st.n; ++i)
-      if (st.ids[i] < 0 || st.ids[i] >= c_.vocab_size)
-        fail("token id {} is out of range [0, {})", st.ids[i], c_.vocab_size);
+      if (st.ids[i] < 0 || st.ids[i] >= vocab)
+        fail("token id {} is out of range [0, {})", st.ids[i], vocab);
     total += st.n;
   }
-  if (total > max_chunk_)
-    fail("forward_batch: {} tokens exceed the pass size {}", total, max_chunk_);
+  if (total > max_chunk) fail("forward_batch: {} tokens exceed the pass size {}", total, max_chunk);
+  return total;
+}
+
+void CudaTransformer::forward_batch(std::span<const CudaSeqStep> steps) {
+  const int64_t total = check_steps(steps, max_seqs_, capacity_, max_chunk_, c_.vocab_size);
   ++rt_.steps;
   pass(steps, total, nullptr);
 }
@@ -381,12 +386,13 @@ void CudaTransformer::pass(std::span<const CudaSeqStep> steps, int64_t n, float*
   if (n <= cuda::k_gemv_max_tokens) {
     if (graphs_on_ && capturable_) {
       auto& g = graphs_[n];
-      if (!g) {
-        g = std::make_unique<cuda::Graph>();
-        g->capture_begin();
+      if (!g) {  // kept only once instantiated: a pass that throws leaves no half graph
+        auto fresh = std::make_unique<cuda::Graph>();
+        fresh->capture_begin();
         run_layers(steps, n);
         all_logits(n);
-        g->capture_end();
+        fresh->capture_end();
+        g = std::move(fresh);
       }
       g->launch();
     } else {

@@ -78,6 +78,12 @@ size_t hybrid_resident_bytes(const LayerWeights& L);
 size_t hybrid_scratch_bytes(const ModelConfig& c, int64_t max_chunk, int max_seqs);
 int64_t attention_layers(const ModelConfig& c);
 
+// Validates one forward_batch: sequences in [0, max_seqs) and distinct, n > 0, positions within
+// capacity, ids within vocab, at most max_chunk tokens in all. Returns the token count; throws
+// ft::Error naming the first problem.
+int64_t check_steps(std::span<const CudaSeqStep> steps, int max_seqs, int64_t capacity,
+                    int64_t max_chunk, int64_t vocab);
+
 class CudaTransformer {
  public:
   // capacity: positions each sequence's KV cache holds; max_chunk: most tokens per pass

@@ -61,12 +61,19 @@ void Graph::capture_begin() {
   CUDA_CHECK(cudaStreamBeginCapture(stream(), cudaStreamCaptureModeThreadLocal));
 }
 
+// A graph that cannot be instantiated for want of memory throws OutOfMemory and keeps nothing
+// (the caller captures again on a later pass).
 void Graph::capture_end() {
   cudaGraph_t g = nullptr;
   CUDA_CHECK(cudaStreamEndCapture(stream(), &g));
   cudaGraphExec_t e = nullptr;
-  CUDA_CHECK(cudaGraphInstantiate(&e, g, 0));
+  const cudaError_t err = cudaGraphInstantiate(&e, g, 0);
   CUDA_CHECK(cudaGraphDestroy(g));
+  if (err == cudaErrorMemoryAllocation) {
+    cudaGetLastError();
+    throw OutOfMemory("cannot instantiate a CUDA graph: out of GPU memory");
+  }
+  CUDA_CHECK(err);
   exec_ = e;
 }
 
@@ -121,8 +128,16 @@ void record_on_default(Event& e) { CUDA_CHECK(cudaEventRecord(ev(e), stream()));
 void wait_on_default(const Event& e) { CUDA_CHECK(cudaStreamWaitEvent(stream(), ev(e), 0)); }
 
 PinnedBuffer::PinnedBuffer(size_t bytes) : bytes_(bytes) {
-  if (bytes > 0)
-    CUDA_CHECK(cudaHostAlloc(&data_, bytes, cudaHostAllocPortable | cudaHostAllocMapped));
+  if (bytes == 0) return;
+  const cudaError_t err =
+      cudaHostAlloc(&data_, bytes, cudaHostAllocPortable | cudaHostAllocMapped);
+  if (err == cudaErrorMemoryAllocation) {  // recoverable, like a device allocation
+    cudaGetLastError();
+    data_ = nullptr;
+    bytes_ = 0;
+    throw OutOfMemory(fmt::format("cannot pin {:.1f} MiB of host memory", bytes / 1048576.0));
+  }
+  CUDA_CHECK(err);
 }
 
 void* PinnedBuffer::device_data() const {

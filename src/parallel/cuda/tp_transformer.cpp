@@ -189,24 +189,7 @@ void TpTransformer::set_graphs(bool on) {
 }
 
 void TpTransformer::validate(std::span<const CudaSeqStep> steps) const {
-  if (steps.empty()) fail("forward_batch: no steps");
-  int64_t total = 0;
-  std::vector<char> seen(max_seqs_, 0);
-  const int64_t V = model_.config().vocab_size;
-  for (const CudaSeqStep& st : steps) {
-    if (st.seq < 0 || st.seq >= max_seqs_)
-      fail("sequence {} is out of range [0, {})", st.seq, max_seqs_);
-    if (seen[st.seq]) fail("sequence {} appears twice in one batch", st.seq);
-    seen[st.seq] = 1;
-    if (st.n <= 0) fail("forward_batch: sequence {} has no tokens", st.seq);
-    if (st.pos0 < 0 || st.pos0 + st.n > capacity_)
-      fail("sequence of {} tokens exceeds the context size {}", st.pos0 + st.n, capacity_);
-    for (int64_t i = 0; i < st.n; ++i)
-      if (st.ids[i] < 0 || st.ids[i] >= V)
-        fail("token id {} is out of range [0, {})", st.ids[i], V);
-    total += st.n;
-  }
-  if (total > max_chunk_) fail("forward_batch: {} tokens exceed the pass size {}", total, max_chunk_);
+  check_steps(steps, max_seqs_, capacity_, max_chunk_, model_.config().vocab_size);
 }
 
 // One pass. logits_all (with one step): [n, vocab] of every token, as CudaTransformer::forward.
