@@ -8,18 +8,9 @@
 #include <algorithm>
 
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/cublas_check.cuh"
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/route.cuh"
-
-#define CUBLAS_CHECK(expr)                                                            \
-  do {                                                                                \
-    cublasStatus_t st_ = (expr);                                                      \
-    if (st_ != CUBLAS_STATUS_SUCCESS) {                                               \
-      std::fprintf(stderr, "%s:%d: cuBLAS error %s: %s\n", __FILE__, __LINE__, #expr, \
-                   cublasGetStatusString(st_));                                       \
-      std::abort();                                                                   \
-    }                                                                                 \
-  } while (0)
 
 namespace ft::cuda {
 

@@ -9,18 +9,9 @@
 #include <algorithm>
 
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/cublas_check.cuh"
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/quant_device.cuh"
-
-#define QG_CUBLAS_CHECK(expr)                                                         \
-  do {                                                                                \
-    cublasStatus_t st_ = (expr);                                                      \
-    if (st_ != CUBLAS_STATUS_SUCCESS) {                                               \
-      std::fprintf(stderr, "%s:%d: cuBLAS error %s: %s\n", __FILE__, __LINE__, #expr, \
-                   cublasGetStatusString(st_));                                       \
-      std::abort();                                                                   \
-    }                                                                                 \
-  } while (0)
 
 namespace ft::cuda {
 
@@ -94,7 +85,7 @@ void quant_gemm(Blas& blas, const float* x, int64_t n, const DeviceMatrix& w, fl
   FT_CHECK(w.cols <= blas.max_cols() && n <= blas.max_tokens(),
            "quant_gemm: [{}, {}] exceeds the Blas capacity", n, w.cols);
   auto h = static_cast<cublasHandle_t>(blas.handle());
-  QG_CUBLAS_CHECK(cublasSetStream(h, stream()));
+  CUBLAS_CHECK(cublasSetStream(h, stream()));
   auto* xhi = reinterpret_cast<__nv_bfloat16*>(blas.split());
   auto* xlo = xhi + n * w.cols;
   split_bf16(x, n * w.cols, xhi, xlo);
@@ -112,7 +103,7 @@ void quant_gemm(Blas& blas, const float* x, int64_t n, const DeviceMatrix& w, fl
     const __nv_bfloat16* A[3] = {whi, whi, wlo};
     const __nv_bfloat16* B[3] = {xhi, xlo, xhi};
     for (int part = 0; part < 3; ++part)
-      QG_CUBLAS_CHECK(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(m), nn, k, &one,
+      CUBLAS_CHECK(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(m), nn, k, &one,
                                    A[part], CUDA_R_16BF, k, B[part], CUDA_R_16BF, k,
                                    part == 0 ? &zero : &one, y + r0, CUDA_R_32F,
                                    static_cast<int>(w.rows), CUBLAS_COMPUTE_32F,
