@@ -54,4 +54,9 @@ std::unique_ptr<Runner> make_tp_runner(const Model& model, EngineOptions& opt,
                                        const BackendOptions& b);
 void serve_tp_worker(const Model& model, EngineOptions& opt, const BackendOptions& b);
 
+// base with a CudaTransformer's cumulative counters and time split filled in (both CUDA
+// runners report through it; defined in engine/cuda_runner.cpp).
+struct CudaRuntimeStats;
+RunnerStats with_runtime(RunnerStats base, const CudaRuntimeStats& r);
+
 }  // namespace ft

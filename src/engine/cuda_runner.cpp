@@ -17,6 +17,22 @@
 
 namespace ft {
 
+RunnerStats with_runtime(RunnerStats s, const CudaRuntimeStats& r) {
+  s.steps = r.steps;
+  s.hits = r.hits;
+  s.misses = r.misses;
+  s.fetched_experts = r.fetched_experts;
+  s.cpu_experts = r.cpu_experts;
+  s.fetched_bytes = r.fetched_bytes;
+  s.streamed_bytes = r.streamed_bytes;
+  s.t_attention = r.t_attention;
+  s.t_routing = r.t_routing;
+  s.t_hits = r.t_hits;
+  s.t_fetch = r.t_fetch;
+  s.t_cpu = r.t_cpu;
+  return s;
+}
+
 namespace {
 std::string gib(size_t b) { return fmt::format("{:.2f} GiB", b / double(size_t{1} << 30)); }
 
@@ -152,23 +168,7 @@ class CudaRunner : public Runner {
     tf_.forward_batch(batch_);
   }
 
-  RunnerStats stats() const override {
-    RunnerStats s = base_;
-    const CudaRuntimeStats r = tf_.runtime_stats();
-    s.steps = r.steps;
-    s.hits = r.hits;
-    s.misses = r.misses;
-    s.fetched_experts = r.fetched_experts;
-    s.cpu_experts = r.cpu_experts;
-    s.fetched_bytes = r.fetched_bytes;
-    s.streamed_bytes = r.streamed_bytes;
-    s.t_attention = r.t_attention;
-    s.t_routing = r.t_routing;
-    s.t_hits = r.t_hits;
-    s.t_fetch = r.t_fetch;
-    s.t_cpu = r.t_cpu;
-    return s;
-  }
+  RunnerStats stats() const override { return with_runtime(base_, tf_.runtime_stats()); }
   size_t weight_bytes() const override { return tf_.weight_bytes(); }
   size_t kv_bytes() const override {  // allocated once for every slot
     const ModelConfig& c = model_.config();

@@ -103,13 +103,8 @@ class TpRunner : public Runner {
     for (const RunnerStep& s : steps) batch_.push_back({s.seq, s.ids, s.n, s.pos0, s.logits});
     tp_.forward_batch(batch_);
   }
-  RunnerStats stats() const override {
-    RunnerStats s = base_;
-    const CudaRuntimeStats r = tp_.rank(0).runtime_stats();  // rank 0's share (all alike)
-    s.steps = r.steps, s.hits = r.hits, s.misses = r.misses;
-    s.fetched_experts = r.fetched_experts;
-    s.fetched_bytes = r.fetched_bytes, s.streamed_bytes = r.streamed_bytes;
-    return s;
+  RunnerStats stats() const override {  // rank 0's share (all ranks alike)
+    return with_runtime(base_, tp_.rank(0).runtime_stats());
   }
   size_t weight_bytes() const override { return tp_.weight_bytes(); }
   size_t kv_bytes() const override {
