@@ -13,6 +13,15 @@
 
 namespace ft::cuda_checks {
 
+// A device buffer's first n values, after the device finishes its work.
+template <typename T = float>
+std::vector<T> down(const cuda::DeviceBuffer& b, size_t n) {
+  std::vector<T> v(n);
+  cuda::synchronize();
+  cuda::copy_to_host(v.data(), b.data(), n * sizeof(T));
+  return v;
+}
+
 // Normal(0, scale) values, reproducible from the seed.
 inline std::vector<float> randv(size_t n, uint32_t seed, float scale = 1.f) {
   std::mt19937 rng(seed);

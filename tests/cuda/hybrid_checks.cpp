@@ -21,13 +21,6 @@ namespace ft::cuda_checks {
 namespace {
 using cuda::DeviceBuffer;
 
-std::vector<float> down(const DeviceBuffer& b, size_t n) {
-  std::vector<float> v(n);
-  cuda::synchronize();
-  cuda::copy_to_host(v.data(), b.data(), n * sizeof(float));
-  return v;
-}
-
 // max|got - ref| <= tol * max(1, max|ref|).
 std::string close(const std::vector<float>& got, const std::vector<float>& ref, float tol,
                   const std::string& what) {

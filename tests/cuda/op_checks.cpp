@@ -21,13 +21,6 @@ namespace ft::cuda_checks {
 namespace {
 using cuda::DeviceBuffer;
 
-std::vector<float> down(const DeviceBuffer& b, size_t n) {
-  std::vector<float> v(n);
-  cuda::synchronize();
-  cuda::copy_to_host(v.data(), b.data(), n * sizeof(float));
-  return v;
-}
-
 // A host weight matrix in one dtype, its f32 values, and device copy.
 struct Weights {
   DType dtype;

@@ -83,13 +83,6 @@ const std::vector<DType>& formats() {
   return f;
 }
 
-template <typename T>
-std::vector<T> down(const cuda::DeviceBuffer& b, size_t n) {
-  std::vector<T> v(n);
-  cuda::copy_to_host(v.data(), b.data(), n * sizeof(T));
-  return v;
-}
-
 // y[t, r] vs the f64 dot over the dequantized rows: |d| <= tol * sum|w x| + 1e-6. With
 // cpu_acts, the bound adds the CPU's int8 activation rounding (<= max|x_g| / 254 per element of
 // each 16-group g): the CPU quant matmul is compared with that tolerance instead.

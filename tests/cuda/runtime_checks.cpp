@@ -25,13 +25,6 @@ namespace ft::cuda_checks {
 namespace {
 using cuda::DeviceBuffer;
 
-template <typename T = float>
-std::vector<T> down(const DeviceBuffer& b, size_t n) {
-  std::vector<T> v(n);
-  cuda::synchronize();
-  cuda::copy_to_host(v.data(), b.data(), n * sizeof(T));
-  return v;
-}
 
 // Worst |got - ref| relative to tol; "" when within.
 std::string close(const std::vector<float>& got, const std::vector<float>& ref, float rel,
