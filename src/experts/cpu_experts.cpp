@@ -8,8 +8,8 @@
 namespace ft {
 
 CpuExperts::CpuExperts(const ModelWeights& w, int64_t hidden, int64_t expert_dim,
-                       ThreadPool& pool)
-    : w_(w), hidden_(hidden), expert_dim_(expert_dim), pool_(pool) {}
+                       ThreadPool& pool, const ExpertActivation& act)
+    : w_(w), hidden_(hidden), expert_dim_(expert_dim), act_(act), pool_(pool) {}
 
 void CpuExperts::apply(const ExpertsCall& c) {
   const auto& experts = w_.layers[c.layer].experts;
@@ -45,8 +45,23 @@ void CpuExperts::apply(const ExpertsCall& c) {
     down.push_back({gate_.data() + offset[e] * I, n, &experts[e].down, down_.data() + offset[e] * H});
   }
   ops::matmul_grouped(pool_, gate_up);
-  ops::silu_mul(pool_, gate_.data(), up_.data(), slots * I, gate_.data());
+  const LayerWeights& L = w_.layers[c.layer];
+  // Adds bias[e] ([n_experts, width]) to the rows of expert e in y ([slots, width]).
+  auto add_bias = [&](const std::vector<float>& bias, float* y, int64_t width) {
+    if (bias.empty()) return;
+    for (int64_t e = 0; e < n_experts; ++e)
+      for (int64_t r = offset[e]; r < offset[e + 1]; ++r)
+        for (int64_t j = 0; j < width; ++j) y[r * width + j] += bias[e * width + j];
+  };
+  add_bias(L.expert_gate_bias, gate_.data(), I);
+  add_bias(L.expert_up_bias, up_.data(), I);
+  if (act_.kind == ExpertActivation::Kind::SWIGLU_OAI)
+    ops::swiglu_oai(pool_, gate_.data(), up_.data(), slots * I, act_.alpha, act_.limit,
+                    gate_.data());
+  else
+    ops::silu_mul(pool_, gate_.data(), up_.data(), slots * I, gate_.data());
   ops::matmul_grouped(pool_, down);
+  add_bias(L.expert_down_bias, down_.data(), H);
   for (int64_t t = 0; t < c.n_tokens; ++t) {
     float* o = c.out + t * H;
     std::fill(o, o + H, 0.f);

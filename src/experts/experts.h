@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "backend/cpu/thread_pool.h"
+#include "model/config.h"
 #include "model/weights.h"
 
 namespace ft {
@@ -30,12 +31,16 @@ class Experts {
 // one grouped GEMM for down, then a weighted gather back in top-k order (deterministic).
 class CpuExperts : public Experts {
  public:
-  CpuExperts(const ModelWeights& w, int64_t hidden, int64_t expert_dim, ThreadPool& pool);
+  // act: the experts' activation (gpt-oss's clamped SwiGLU); the layer's expert biases
+  // (LayerWeights::expert_*_bias) are added when present.
+  CpuExperts(const ModelWeights& w, int64_t hidden, int64_t expert_dim, ThreadPool& pool,
+             const ExpertActivation& act = {});
   void apply(const ExpertsCall& call) override;
 
  private:
   const ModelWeights& w_;
   int64_t hidden_, expert_dim_;
+  ExpertActivation act_;
   ThreadPool& pool_;
   std::vector<float> xs_, gate_, up_, down_;  // [slots, hidden|expert_dim]
   std::vector<int32_t> slot_of_;              // [n_tokens * top_k] -> row in xs_

@@ -39,6 +39,14 @@ struct DeltaNetConfig {
   int64_t conv_dim() const { return 2 * key_dim() + value_dim(); }  // conv over [q | k | v]
 };
 
+// The routed experts' activation: SwiGLU silu(g) * u, or gpt-oss's clamped form
+// (g = min(g, limit), u = clamp(u, -limit, limit), y = g * sigmoid(alpha * g) * (u + 1)).
+struct ExpertActivation {
+  enum class Kind : uint8_t { SILU, SWIGLU_OAI };
+  Kind kind = Kind::SILU;
+  float alpha = 1.702f, limit = 7.f;
+};
+
 struct ModelConfig {
   std::string model_type;
   int64_t vocab_size = 0, hidden = 0, n_layers = 0;
@@ -63,6 +71,14 @@ struct ModelConfig {
   bool attn_output_gate = false;
   bool norm_offset = false;
   bool tie_embeddings = false;
+  // gpt-oss: layers with layer_sliding[l] attend to the last sliding_window positions (the
+  // query's own included; empty: every layer full), learned per-head attention sinks (one more
+  // logit in each softmax's denominator), router and expert biases, and the expert activation.
+  int64_t sliding_window = 0;
+  std::vector<bool> layer_sliding;  // [n_layers] or empty
+  bool attn_sinks = false;
+  bool moe_bias = false;
+  ExpertActivation expert_act;
   int64_t bos_token_id = -1;
   std::vector<int64_t> eos_token_ids;
 
@@ -72,6 +88,10 @@ struct ModelConfig {
     return !layer_mixer.empty() && layer_mixer[layer] == Mixer::DELTA_NET;
   }
   bool has_delta() const;  // any DeltaNet layer
+  // The attention window of layer l in positions, 0 for full attention.
+  int64_t window(int64_t l) const {
+    return !layer_sliding.empty() && layer_sliding[l] ? sliding_window : 0;
+  }
   int64_t rotary_dim() const {
     return static_cast<int64_t>(static_cast<double>(head_dim) * rope.partial_rotary_factor);
   }

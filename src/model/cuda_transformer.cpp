@@ -145,6 +145,10 @@ CudaTransformer::CudaTransformer(const Model& model, int64_t capacity, int64_t m
       rope_(c_.rope, c_.head_dim) {
   FT_CHECK(capacity > 0 && max_chunk > 0 && max_seqs > 0, "CudaTransformer: bad sizes");
   if (cuda::device_count() == 0) fail("no CUDA device: run on the CPU backend instead");
+  if (c_.attn_sinks || c_.sliding_window > 0 || c_.moe_bias ||
+      c_.expert_act.kind != ExpertActivation::Kind::SILU)
+    fail("{}: the CUDA backend does not run attention sinks, sliding windows, MoE biases or the "
+         "clamped SwiGLU yet (gpt-oss); use --moe-backend cpu", c_.model_type);
   const auto& w = model.weights();
   const HostExperts* host = offload.experts;
   if (host) {

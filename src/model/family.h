@@ -20,10 +20,16 @@ struct WeightNames {
   std::string q_norm = "self_attn.q_norm.weight", k_norm = "self_attn.k_norm.weight";
   std::string ffn_norm = "post_attention_layernorm.weight";
   std::string mlp = "mlp.";  // dense: gate_proj, up_proj, down_proj
-  std::string moe = "mlp.";  // router: gate.weight
+  std::string moe = "mlp.";  // router: <moe><router>.weight (+ .bias with moe_bias)
+  std::string router = "gate";
+  std::string sinks = "self_attn.sinks";  // [n_heads], with attn_sinks
   // Per-expert layout: <moe>experts.{}.<expert_gate>.weight ...; stacked (transformers 5):
   // <moe>experts.gate_up_proj [E, 2I, H] and <moe>experts.down_proj [E, H, I].
   std::string expert_gate = "gate_proj", expert_up = "up_proj", expert_down = "down_proj";
+  // gpt-oss: <moe>experts.gate_up_proj [E, H, 2I] (x @ W, gate/up interleaved in the columns)
+  // and down_proj [E, I, H], each with a _bias, or as MXFP4 (_blocks [E, rows, cols/32, 16],
+  // _scales [E, rows, cols/32] e8m0, rows = outputs: 2I interleaved gate/up rows, or H).
+  bool oss_experts = false;
   // Shared expert (gate_proj/up_proj/down_proj) and its sigmoid gate [1, hidden].
   std::string shared_expert = "mlp.shared_expert.", shared_gate = "mlp.shared_expert_gate.weight";
   // Gated DeltaNet: in_proj_qkv/z/b/a (Qwen3.5) or in_proj_qkvz/ba (Qwen3-Next), conv1d, A_log,

@@ -73,6 +73,13 @@ void visit_config(C& c, Fn&& f) {
   f("attn_output_gate", c.attn_output_gate);
   f("norm_offset", c.norm_offset);
   f("tie_embeddings", c.tie_embeddings);
+  f("sliding_window", c.sliding_window);
+  f("layer_sliding", c.layer_sliding);
+  f("attn_sinks", c.attn_sinks);
+  f("moe_bias", c.moe_bias);
+  f("expert_act.kind", c.expert_act.kind);
+  f("expert_act.alpha", c.expert_act.alpha);
+  f("expert_act.limit", c.expert_act.limit);
   f("bos_token_id", c.bos_token_id);
   f("eos_token_ids", c.eos_token_ids);
 }

@@ -50,6 +50,19 @@ void olmoe_config(const GgufSet& g, const std::string& arch, nlohmann::json& j) 
     j["clip_qkv"] = g.get_float(key(arch, "attention.clamp_kqv"));
 }
 
+// gpt-oss: the MoE fields, the sliding window on llama.cpp's layer pattern (even layers slide),
+// q/k/v/o biases when the file has them; its YaRN does not round (truncate false).
+void gpt_oss_config(const GgufSet& g, const std::string& arch, nlohmann::json& j) {
+  moe_fields(g, arch, j, true, true);
+  const int64_t L = g.get_int(key(arch, "block_count"));
+  j["sliding_window"] = g.get_int_or(key(arch, "attention.sliding_window"), 0);
+  nlohmann::json types = nlohmann::json::array();
+  for (int64_t l = 0; l < L; ++l) types.push_back(l % 2 == 0 ? "sliding_attention" : "full_attention");
+  j["layer_types"] = types;
+  j["attention_bias"] = g.tensor(gguf_names::layer(0, gguf_names::q, "bias")) != nullptr;
+  if (j["rope_parameters"].value("rope_type", "") == "yarn") j["rope_parameters"]["truncate"] = false;
+}
+
 // One line per architecture. Future lines (qwen35moe, gpt-oss, deepseek2, glm4moe) need their
 // family first; the GGUF side is this table plus gguf_names.
 constexpr GgufArch k_gguf_archs[] = {
@@ -68,6 +81,13 @@ constexpr GgufArch k_gguf_archs[] = {
      .permuted_qk = false,
      .norm_topk_default = false,
      .hf_config = olmoe_config},
+    {.arch = "gpt-oss",
+     .model_type = "gpt_oss",
+     .permuted_qk = false,
+     .norm_topk_default = true,
+     .hf_config = gpt_oss_config,
+     .ffn_norm = "post_attention_norm",
+     .yarn_truncate = false},
 };
 
 }  // namespace
@@ -174,6 +194,7 @@ ModelConfig gguf_model_config(const GgufSet& g, const GgufArch** arch_out) {
   c.rope = parse_rope(JsonReader{cfg, path});
 
   a->hf_config(g, arch, cfg);
+  c.rope = parse_rope(JsonReader{cfg, path});  // the hook may add rope fields
   const Family* family = find_family(a->model_type);
   FT_CHECK(family, "GGUF arch {} maps to unknown family {}", arch, a->model_type);
   family->configure(JsonReader{cfg, path}, c);

@@ -21,6 +21,10 @@ struct GgufArch {
   bool norm_topk_default;
   // Adds the family's own config.json fields (family configure() reads them) from metadata.
   void (*hf_config)(const GgufSet& g, const std::string& arch, nlohmann::json& j);
+  // The FFN block's pre-norm (llama.cpp's gpt-oss calls it post_attention_norm).
+  const char* ffn_norm = "ffn_norm";
+  // YaRN of this arch rounds its ramp bounds (transformers' truncate; gpt-oss does not).
+  bool yarn_truncate = true;
 };
 
 // nullptr when unsupported; `n_experts` picks between same-named archs (llama = mixtral only
@@ -41,7 +45,10 @@ inline const char *const attn_norm = "attn_norm", *const q = "attn_q", *const k 
                          *const ffn_norm = "ffn_norm", *const router = "ffn_gate_inp",
                          *const gate_exps = "ffn_gate_exps", *const up_exps = "ffn_up_exps",
                          *const down_exps = "ffn_down_exps", *const gate = "ffn_gate",
-                         *const up = "ffn_up", *const down = "ffn_down";
+                         *const up = "ffn_up", *const down = "ffn_down",
+                         *const sinks = "attn_sinks";  // [n_heads] (gpt-oss)
+// gpt-oss's extra tensors: ffn_gate_inp.bias [E], ffn_{gate,up}_exps.bias [E, I] and
+// ffn_down_exps.bias [E, H] (suffix "bias" on the names above).
 std::string layer(int64_t l, const char* name, const char* suffix = "weight");
 }  // namespace gguf_names
 

@@ -158,7 +158,7 @@ void add_metadata(GgufWriter& w, const ModelConfig& c, const GgufArch& a,
       w.set(p + "rope.scaling.factor", GgufValue::f32(static_cast<float>(c.rope.factor)));
       break;
     case RopeConfig::Type::YARN:
-      if (c.rope.mscale != 0 || c.rope.mscale_all_dim != 0 || !c.rope.truncate)
+      if (c.rope.mscale != 0 || c.rope.mscale_all_dim != 0 || c.rope.truncate != a.yarn_truncate)
         fail("GGUF export: this YaRN variant (mscale / truncate) has no GGUF keys");
       w.set(p + "rope.scaling.type", GgufValue::str("yarn"));
       w.set(p + "rope.scaling.factor", GgufValue::f32(static_cast<float>(c.rope.factor)));
@@ -172,6 +172,15 @@ void add_metadata(GgufWriter& w, const ModelConfig& c, const GgufArch& a,
               GgufValue::f32(static_cast<float>(c.rope.attention_factor)));
       break;
   }
+  if (c.sliding_window > 0) {  // llama.cpp's pattern: even layers slide
+    for (int64_t l = 0; l < c.n_layers; ++l)
+      if (c.window(l) != (l % 2 == 0 ? c.sliding_window : 0))
+        fail("GGUF export: sliding layers other than every even layer have no GGUF keys");
+    w.set(p + "attention.sliding_window", u32(c.sliding_window));
+  }
+  if (c.expert_act.kind == ExpertActivation::Kind::SWIGLU_OAI &&
+      (c.expert_act.limit != 7.f || c.expert_act.alpha != 1.702f))
+    fail("GGUF export: a clamped SwiGLU other than gpt-oss's (alpha 1.702, limit 7) has no GGUF keys");
   if (c.n_experts > 0) {
     w.set(p + "expert_count", u32(c.n_experts));
     w.set(p + "expert_used_count", u32(c.top_k));
@@ -238,9 +247,20 @@ void gguf_add_model(GgufWriter& w, const Model& m, const GgufExportOptions& o) {
       }
     if (!L.q_norm.empty()) x.vec(name(gn::q_norm), L.q_norm);
     if (!L.k_norm.empty()) x.vec(name(gn::k_norm), L.k_norm);
-    x.vec(name(gn::ffn_norm), L.ffn_norm);
+    if (!L.sinks.empty()) x.vec(name(gn::sinks), L.sinks);
+    x.vec(name(a->ffn_norm), L.ffn_norm);
     if (c.layer_is_moe[l]) {
       x.matrix(name(gn::router), L.router);
+      if (!L.router_bias.empty()) {  // gpt-oss
+        const int64_t E = c.n_experts;
+        x.vec(name(gn::router, "bias"), L.router_bias);
+        w.add_tensor(name(gn::gate_exps, "bias"), k_ggml_f32, {E, c.expert_dim},
+                     L.expert_gate_bias.data());
+        w.add_tensor(name(gn::up_exps, "bias"), k_ggml_f32, {E, c.expert_dim},
+                     L.expert_up_bias.data());
+        w.add_tensor(name(gn::down_exps, "bias"), k_ggml_f32, {E, c.hidden},
+                     L.expert_down_bias.data());
+      }
       std::vector<TensorView> g, u, d;
       for (const ExpertWeights& e : L.experts) {
         g.push_back(e.gate);

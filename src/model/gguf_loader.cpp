@@ -90,6 +90,19 @@ struct GgufResolver {
     return out;
   }
 
+  // A float tensor of this shape flattened to f32 (gpt-oss's stacked expert biases).
+  std::vector<float> flat(const std::string& name, std::initializer_list<int64_t> shape) const {
+    const TensorView v = view(g.get_tensor(name), shape);
+    if (v.dtype != DType::F32 && v.dtype != DType::F16 && v.dtype != DType::BF16)
+      fail("{}: tensor '{}' must be F32, F16 or BF16", g.path(), name);
+    std::vector<float> out(v.numel());
+    for (int64_t i = 0; i < v.numel(); ++i)
+      out[i] = v.dtype == DType::F32   ? v.as<float>()[i]
+               : v.dtype == DType::F16 ? f16_to_f32(v.as<uint16_t>()[i])
+                                       : bf16_to_f32(v.as<uint16_t>()[i]);
+    return out;
+  }
+
   // q/k of a permuted arch: rows put back in HF order, in the tensor's own type.
   TensorView unpermuted(const std::string& name, int64_t heads) const {
     TensorView v = matrix(name, heads * c.head_dim, c.hidden);
@@ -173,10 +186,18 @@ std::unique_ptr<Model> Model::load_gguf(const std::string& path) {
       L.q_norm = r.vec(gn::layer(l, gn::q_norm), c.q_dim());
       L.k_norm = r.vec(gn::layer(l, gn::k_norm), c.kv_dim());
     }
-    L.ffn_norm = r.vec(gn::layer(l, gn::ffn_norm), c.hidden);
+    if (c.attn_sinks) L.sinks = r.vec(gn::layer(l, gn::sinks), c.n_heads);
+    L.ffn_norm = r.vec(gn::layer(l, arch->ffn_norm), c.hidden);
     if (c.layer_is_moe[l]) {
       L.router = r.matrix(gn::layer(l, gn::router), c.n_experts, c.hidden);
       L.experts = r.experts(l);
+      if (c.moe_bias) {
+        const int64_t E = c.n_experts, I = c.expert_dim;
+        L.router_bias = r.vec(gn::layer(l, gn::router, "bias"), E);
+        L.expert_gate_bias = r.flat(gn::layer(l, gn::gate_exps, "bias"), {E, I});
+        L.expert_up_bias = r.flat(gn::layer(l, gn::up_exps, "bias"), {E, I});
+        L.expert_down_bias = r.flat(gn::layer(l, gn::down_exps, "bias"), {E, c.hidden});
+      }
     } else {
       L.gate = r.matrix(gn::layer(l, gn::gate), c.ffn_dim, c.hidden);
       L.up = r.matrix(gn::layer(l, gn::up), c.ffn_dim, c.hidden);

@@ -8,6 +8,7 @@
 #include "base/half.h"
 #include "base/log.h"
 #include "model/model.h"
+#include "model/oss_experts.h"
 #include "model/quant_checkpoint.h"
 #include "quant/quant.h"
 
@@ -242,6 +243,7 @@ ModelWeights load_weights(const ModelConfig& c, const WeightNames& names,
       L.k = r.linear(p + n.k, c.kv_dim(), c.hidden, c.attention_bias);
       L.v = r.linear(p + n.v, c.kv_dim(), c.hidden, c.attention_bias);
       L.o = r.linear(p + n.o, c.hidden, c.q_dim(), c.attention_bias);
+      if (c.attn_sinks) L.sinks = r.vec(p + n.sinks, c.n_heads);
       if (c.qk_norm == QkNorm::PER_HEAD) {
         L.q_norm = r.norm(p + n.q_norm, c.head_dim);
         L.k_norm = r.norm(p + n.k_norm, c.head_dim);
@@ -252,8 +254,13 @@ ModelWeights load_weights(const ModelConfig& c, const WeightNames& names,
     }
     L.ffn_norm = r.norm(p + n.ffn_norm, c.hidden);
     if (c.layer_is_moe[l]) {
-      L.router = r.matrix(p + n.moe + "gate.weight", c.n_experts, c.hidden);
-      L.experts = r.experts(p + n.moe, n);
+      L.router = r.matrix(p + n.moe + n.router + ".weight", c.n_experts, c.hidden);
+      if (c.moe_bias) L.router_bias = r.vec(p + n.moe + n.router + ".bias", c.n_experts);
+      if (n.oss_experts)
+        load_oss_experts(files, p + n.moe + "experts.", c.n_experts, c.expert_dim, c.hidden,
+                         w.owned, L);
+      else
+        L.experts = r.experts(p + n.moe, n);
       if (c.shared_expert_dim > 0) {
         const std::string s = p + n.shared_expert;
         const int64_t S = c.shared_expert_dim, H = c.hidden;

@@ -186,9 +186,11 @@ std::string checkpoint_quant_scheme(const std::string& dir, const nlohmann::json
     return "fp8";
   }
   if (method == "modelopt") return modelopt_scheme(where, q);
+  // gpt-oss: the experts' *_blocks / *_scales are read by the family's loader (oss_experts).
+  if (method == "mxfp4") return "mxfp4";
   fail(
       "{}: quant_method '{}' is not supported (supported: fp8 with 128x128 blocks, modelopt "
-      "NVFP4/FP8); use the original checkpoint or a GGUF",
+      "NVFP4/FP8, mxfp4 (gpt-oss experts)); use the original checkpoint or a GGUF",
       where, q.value("quant_method", std::string()));
 }
 

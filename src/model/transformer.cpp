@@ -61,7 +61,8 @@ Transformer::Transformer(const Model& model, ThreadPool& pool, int64_t max_chunk
     router_.resize(T * c_.n_experts);
     route_ids_.resize(T * c_.top_k);
     route_w_.resize(T * c_.top_k);
-    experts_ = std::make_unique<CpuExperts>(model.weights(), H, c_.expert_dim, pool);
+    experts_ = std::make_unique<CpuExperts>(model.weights(), H, c_.expert_dim, pool,
+                                            c_.expert_act);
   }
 }
 
@@ -163,7 +164,8 @@ void Transformer::attention_block(int64_t l, std::span<const SeqStep> seqs, int6
     att.push_back({.q = q_.data() + t * qd, .n_tokens = s.n, .pos0 = s.pos0,
                    .k_cache = s.kv->k_at(l, 0), .v_cache = s.kv->v_at(l, 0),
                    .n_heads = c_.n_heads, .n_kv_heads = c_.n_kv_heads, .head_dim = hd,
-                   .scale = 1.f / std::sqrt(static_cast<float>(hd)), .out = att_.data() + t * qd});
+                   .scale = 1.f / std::sqrt(static_cast<float>(hd)), .out = att_.data() + t * qd,
+                   .window = c_.window(l), .sinks = L.sinks.empty() ? nullptr : L.sinks.data()});
     for (int64_t i = 0; i < s.n; ++i, ++t) {
       float* q = q_.data() + t * qd;
       float* kk = k_.data() + t * kvd;
@@ -203,7 +205,8 @@ void Transformer::ffn_block(int64_t l, int64_t n) {
   const int64_t H = c_.hidden;
   ops::rmsnorm(pool_, x_.data(), n, H, L.ffn_norm.data(), c_.rms_eps, xn_.data());
   if (c_.layer_is_moe[l]) {
-    ops::matmul(pool_, xn_.data(), n, L.router, router_.data());
+    ops::matmul(pool_, xn_.data(), n, L.router, router_.data(),
+                L.router_bias.empty() ? nullptr : L.router_bias.data());
     ops::route_topk_softmax(router_.data(), n, c_.n_experts, c_.top_k, c_.norm_topk_prob,
                             route_ids_.data(), route_w_.data());
     experts_->apply({.layer = l, .x = xn_.data(), .n_tokens = n, .ids = route_ids_.data(),

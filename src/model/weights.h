@@ -38,10 +38,14 @@ struct LayerWeights {
   // attn_output_gate), k/v [kv_dim, hidden], o [hidden, q_dim].
   Linear q, k, v, o;
   std::vector<float> q_norm, k_norm;  // [head_dim] (per head) or [q_dim]/[kv_dim] (full)
+  std::vector<float> sinks;           // [n_heads] attention sink logits (gpt-oss) or empty
   std::vector<float> ffn_norm;        // [hidden]
   TensorView gate, up, down;          // dense layer: [ffn, hidden] x2, [hidden, ffn]
   TensorView router;                  // MoE layer: [n_experts, hidden]
   std::vector<ExpertWeights> experts; // MoE layer: [n_experts]
+  // MoE biases (gpt-oss; empty otherwise): router [n_experts], experts' gate/up
+  // [n_experts, expert_dim] and down [n_experts, hidden]. Small, so always resident.
+  std::vector<float> router_bias, expert_gate_bias, expert_up_bias, expert_down_bias;
   ExpertWeights shared;               // MoE layer with a shared expert: [shared_expert_dim, ...]
   TensorView shared_gate;             // [1, hidden]: the shared expert is scaled by sigmoid(x.g)
   DeltaNetWeights delta;              // DeltaNet layers (instead of q/k/v/o)

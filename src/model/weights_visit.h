@@ -34,6 +34,11 @@ void visit_weights(W& w, Fn&& fn) {
     fn(p + "up", L.up);
     fn(p + "down", L.down);
     fn(p + "router", L.router);
+    fn(p + "sinks", L.sinks);
+    fn(p + "router_bias", L.router_bias);
+    fn(p + "expert_gate_bias", L.expert_gate_bias);
+    fn(p + "expert_up_bias", L.expert_up_bias);
+    fn(p + "expert_down_bias", L.expert_down_bias);
     for (size_t e = 0; e < L.experts.size(); ++e) {
       const std::string x = p + "experts." + std::to_string(e) + ".";
       fn(x + "gate", L.experts[e].gate);

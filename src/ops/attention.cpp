@@ -1,4 +1,5 @@
-// CPU causal GQA attention over the KV cache: one task per (token, head), fp32 softmax.
+// CPU causal GQA attention over the KV cache: one task per (token, head), fp32 softmax,
+// optional sliding window and per-head sink logits.
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -15,22 +16,23 @@ void attend(const AttentionArgs& a, int64_t t, int64_t h, std::vector<float>& sc
   const int64_t group = a.n_heads / a.n_kv_heads, kv_dim = a.n_kv_heads * a.head_dim;
   const int64_t q_dim = a.n_heads * a.head_dim, g = h / group;
   const int64_t len = a.pos0 + t + 1;  // causal: keys 0..pos inclusive
+  const int64_t first = a.window > 0 ? std::max<int64_t>(0, len - a.window) : 0;
   if (static_cast<int64_t>(scores.size()) < len) scores.resize(len);
   const float* q = a.q + t * q_dim + h * a.head_dim;
-  float mx = -INFINITY;
-  for (int64_t j = 0; j < len; ++j) {
+  float mx = a.sinks ? a.sinks[h] : -INFINITY;
+  for (int64_t j = first; j < len; ++j) {
     scores[j] = k.dot(q, a.k_cache + j * kv_dim + g * a.head_dim, a.head_dim) * a.scale;
     mx = std::max(mx, scores[j]);
   }
-  float sum = 0.f;
-  for (int64_t j = 0; j < len; ++j) {
+  float sum = a.sinks ? std::exp(a.sinks[h] - mx) : 0.f;  // the sink takes mass, adds no value
+  for (int64_t j = first; j < len; ++j) {
     scores[j] = std::exp(scores[j] - mx);
     sum += scores[j];
   }
   float* out = a.out + t * q_dim + h * a.head_dim;
   std::fill(out, out + a.head_dim, 0.f);
   const float inv = 1.f / sum;
-  for (int64_t j = 0; j < len; ++j)
+  for (int64_t j = first; j < len; ++j)
     k.axpy(scores[j] * inv, a.v_cache + j * kv_dim + g * a.head_dim, out, a.head_dim);
 }
 }  // namespace

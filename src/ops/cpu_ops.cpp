@@ -1,5 +1,6 @@
 // CPU implementation of ops.h over the ISA-dispatched kernel table.
 #include <algorithm>
+#include <cmath>
 #include <tuple>
 #include <vector>
 
@@ -167,6 +168,17 @@ void silu_mul(ThreadPool& pool, const float* g, const float* u, int64_t count, f
     for (int64_t b = b0; b < b1; ++b) {
       int64_t s = b * chunk, e = std::min(count, s + chunk);
       k.silu_mul(g + s, u + s, e - s, y + s);
+    }
+  });
+}
+
+void swiglu_oai(ThreadPool& pool, const float* g, const float* u, int64_t count, float alpha,
+                float limit, float* y) {
+  constexpr int64_t chunk = 16384;
+  pool.run((count + chunk - 1) / chunk, 1, [&](int64_t b0, int64_t b1) {
+    for (int64_t i = b0 * chunk, e = std::min(count, b1 * chunk); i < e; ++i) {
+      const float gc = std::min(g[i], limit), uc = std::clamp(u[i], -limit, limit);
+      y[i] = gc / (1.f + std::exp(-alpha * gc)) * (uc + 1.f);
     }
   });
 }

@@ -29,6 +29,11 @@ void rmsnorm(ThreadPool& pool, const float* x, int64_t n, int64_t dim, const flo
 // y = silu(g) * u elementwise over n*dim (y may alias g).
 void silu_mul(ThreadPool& pool, const float* g, const float* u, int64_t count, float* y);
 
+// gpt-oss's clamped SwiGLU: g' = min(g, limit), u' = clamp(u, -limit, limit),
+// y = g' * sigmoid(alpha * g') * (u' + 1), elementwise (y may alias g).
+void swiglu_oai(ThreadPool& pool, const float* g, const float* u, int64_t count, float alpha,
+                float limit, float* y);
+
 // out[i, :] = embedding row ids[i] as f32.
 void embed(const TensorView& table, const int32_t* ids, int64_t n, float* out);
 
@@ -46,6 +51,8 @@ struct AttentionArgs {
   int64_t n_heads, n_kv_heads, head_dim;
   float scale;
   float* out;
+  int64_t window = 0;            // > 0: a query at p sees keys (p - window, p] (sliding window)
+  const float* sinks = nullptr;  // [n_heads]: a logit per head added to the softmax denominator
 };
 void attention(ThreadPool& pool, const AttentionArgs& a);
 // Several sequences' attention as one parallel region (a batch step).

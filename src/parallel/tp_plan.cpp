@@ -41,6 +41,9 @@ TpPlan plan_tensor_parallel(const ModelConfig& c, int world) {
          "models only for now (use --tensor-parallel 1)", world, c.model_type);
   if (c.shared_expert_dim > 0 || c.attn_output_gate)
     fail("--tensor-parallel {}: shared experts and gated attention are not sharded yet", world);
+  if (world > 1 && (c.attn_sinks || c.moe_bias || c.sliding_window > 0))
+    fail("--tensor-parallel {}: {} (attention sinks, sliding window, MoE biases) is not sharded "
+         "yet (use --tensor-parallel 1)", world, c.model_type);
   if (c.n_heads % world != 0)
     fail("--tensor-parallel {}: {} attention heads do not divide over {} GPUs", world,
          c.n_heads, world);

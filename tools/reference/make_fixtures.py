@@ -29,7 +29,7 @@ def fixture_specs():
     from transformers import (MixtralConfig, MixtralForCausalLM, OlmoeConfig, OlmoeForCausalLM,
                               Qwen3MoeConfig, Qwen3MoeForCausalLM)
     return classic_specs(MixtralConfig, MixtralForCausalLM, OlmoeConfig, OlmoeForCausalLM,
-                         Qwen3MoeConfig, Qwen3MoeForCausalLM) + hybrid_specs()
+                         Qwen3MoeConfig, Qwen3MoeForCausalLM) + hybrid_specs() + oss_specs()
 
 
 COMMON = dict(vocab_size=1000, hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
@@ -68,6 +68,85 @@ def hybrid_specs():
     return specs
 
 
+def oss_specs():
+    """gpt-oss: alternating sliding-window (window 8 < prompt 24 + 16 decode) / full attention,
+    sinks, q/k/v/o biases, YaRN (factor 32 over 4096, truncate false as the hub config), router
+    and expert biases, clamped SwiGLU. gate_up_gain scales gate_up_proj so the clamp at
+    swiglu_limit 7 bites. Written in the hub's bf16 layout (oss_hub_state)."""
+    import transformers as tr
+    if not hasattr(tr, "GptOssForCausalLM"):
+        print("transformers has no GptOssForCausalLM: skipping gpt_oss")
+        return []
+    return [("gpt_oss", tr.GptOssForCausalLM, tr.GptOssConfig, dict(
+        COMMON, max_position_embeddings=131072, num_hidden_layers=4, head_dim=16,
+        intermediate_size=48, num_local_experts=8, num_experts_per_tok=2, sliding_window=8,
+        layer_types=["sliding_attention", "full_attention", "sliding_attention",
+                     "full_attention"], attention_bias=True, swiglu_limit=7.0,
+        rope_theta=150000.0,
+        rope_scaling={"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0,
+                      "truncate": False, "original_max_position_embeddings": 4096},
+        gate_up_gain=4.0, oss_layout=True), torch.bfloat16, "oss", 1)]
+
+
+def oss_mlp_reference(x, rw, rb, gu, gub, dn, dnb, top_k, limit=7.0, alpha=1.702):
+    """gpt-oss MoE from hub-layout tensors: gu [E, H, 2I] (gate even columns), dn [E, I, H]."""
+    logits = x @ rw.T + rb
+    val, idx = torch.topk(logits, top_k, dim=-1)
+    w = torch.softmax(val, dim=-1)
+    out = torch.zeros_like(x)
+    for t in range(x.shape[0]):
+        for k in range(top_k):
+            e = int(idx[t, k])
+            h = x[t] @ gu[e] + gub[e]
+            g, u = h[::2].clamp(max=limit), h[1::2].clamp(-limit, limit)
+            out[t] += w[t, k] * (((u + 1) * g * torch.sigmoid(alpha * g)) @ dn[e] + dnb[e])
+    return out
+
+
+def oss_hub_state(model, config):
+    """The model's tensors under the hub's gpt-oss names and layout (mlp.router.{weight,bias},
+    mlp.experts.gate_up_proj [E, H, 2I] interleaved + _bias [E, 2I], down_proj [E, I, H] +
+    _bias [E, H]), whatever layout the installed transformers keeps them in: each candidate
+    conversion is checked against the layer's own MLP output and the matching one is used."""
+    E, H, I = config.num_local_experts, config.hidden_size, config.intermediate_size
+    state = {k: v.detach().cpu().float().contiguous() for k, v in model.state_dict().items()}
+    out = {k: v for k, v in state.items() if ".mlp." not in k}
+    gen = torch.Generator().manual_seed(7)
+    for li, layer in enumerate(model.model.layers):
+        p = f"model.layers.{li}.mlp."
+        mine = {k[len(p):]: v for k, v in state.items() if k.startswith(p)}
+        rw = next(v for k, v in mine.items() if v.shape == (E, H) and "experts" not in k)
+        rb = next(v for k, v in mine.items() if v.shape == (E,))
+        gu_raw = next(v for k, v in mine.items() if v.dim() == 3 and 2 * I in v.shape[1:])
+        dn_raw = next(v for k, v in mine.items() if v.dim() == 3 and 2 * I not in v.shape[1:])
+        gub_raw = next(v for k, v in mine.items() if v.shape == (E, 2 * I))
+        dnb = next(v for k, v in mine.items() if v.shape == (E, H) and "experts" in k)
+        gu = gu_raw if gu_raw.shape[1] == H else gu_raw.transpose(1, 2)
+        dn = dn_raw if dn_raw.shape[1] == I else dn_raw.transpose(1, 2)
+        def interleave(t):  # [..., gate half | up half] -> [..., g0 u0 g1 u1 ...]
+            return torch.stack([t[..., :I], t[..., I:]], dim=-1).reshape(*t.shape[:-1], 2 * I)
+        x = torch.randn(5, H, generator=gen)
+        dev = next(layer.parameters()).device
+        with torch.no_grad():
+            got = layer.mlp(x[None].to(dev))
+        got = (got[0] if isinstance(got, tuple) else got)[0].float().cpu()
+        chosen = None
+        for name, (g, b) in {"interleaved": (gu, gub_raw),
+                             "halves": (interleave(gu), interleave(gub_raw))}.items():
+            ref = oss_mlp_reference(x, rw, rb, g, b, dn, dnb, config.num_experts_per_tok)
+            err = (ref - got).abs().max().item() / got.abs().max().item()
+            print(f"gpt_oss layer {li}: experts as {name}: max rel err {err:.2e}")
+            if err < 1e-4:
+                chosen = (g, b)
+                break
+        if chosen is None:
+            raise RuntimeError("no expert layout candidate reproduces GptOssMLP")
+        out[p + "router.weight"], out[p + "router.bias"] = rw, rb
+        out[p + "experts.gate_up_proj"], out[p + "experts.gate_up_proj_bias"] = chosen
+        out[p + "experts.down_proj"], out[p + "experts.down_proj_bias"] = dn.contiguous(), dnb
+    return out
+
+
 def classic_specs(MixtralConfig, MixtralForCausalLM, OlmoeConfig, OlmoeForCausalLM,
                   Qwen3MoeConfig, Qwen3MoeForCausalLM):
     common = dict(vocab_size=1000, hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
@@ -99,7 +178,8 @@ def classic_specs(MixtralConfig, MixtralForCausalLM, OlmoeConfig, OlmoeForCausal
     ]
 
 
-FIXTURE_KEYS = ("prompt_len", "zero_centred_norms", "multimodal_wrapper", "debug_dump")
+FIXTURE_KEYS = ("prompt_len", "zero_centred_norms", "multimodal_wrapper", "debug_dump",
+                "gate_up_gain", "oss_layout")
 
 
 def make_config(config_cls, kwargs):
@@ -120,7 +200,7 @@ def make_config(config_cls, kwargs):
     return config
 
 
-def randomize(model, gen, dtype, zero_centred=False):
+def randomize(model, gen, dtype, zero_centred=False, gate_up_gain=1.0):
     """Random weights with unit-scale activations; norms ~1±0.3, biases ~0.1; rounded to dtype.
 
     zero_centred: the RMSNorms scale by (1 + w), so their w ~ ±0.3 (the gated DeltaNet output
@@ -143,6 +223,9 @@ def randomize(model, gen, dtype, zero_centred=False):
             else:
                 fan_in = p.shape[-1]
                 v = torch.randn(p.shape, generator=gen) * (1.5 / math.sqrt(fan_in))
+                if name.endswith("gate_up_proj"):  # gpt-oss: [E, H, 2I], fan-in H
+                    v = torch.randn(p.shape, generator=gen) * (
+                        1.5 * gate_up_gain / math.sqrt(min(p.shape[1:])))
             p.copy_(v.to(dtype).to(torch.float32))
 
 
@@ -260,9 +343,15 @@ def write_fixture(out_root, spec, device, seed):
     gen = torch.Generator().manual_seed(seed)
     config = make_config(config_cls, kwargs)
     model = model_cls(config).eval()
-    randomize(model, gen, dtype, kwargs.get("zero_centred_norms", False))
+    randomize(model, gen, dtype, kwargs.get("zero_centred_norms", False),
+              kwargs.get("gate_up_gain", 1.0))
     config.save_pretrained(out_dir)
-    state = hub_state_dict(model, layout, config.model_type)
+    if kwargs.get("oss_layout"):
+        model = model.to(device)
+        state = oss_hub_state(model, config)
+        model = model.cpu()
+    else:
+        state = hub_state_dict(model, layout, config.model_type)
     if kwargs.get("multimodal_wrapper"):
         state = wrap_multimodal(out_dir, config, state, gen)
     save_weights(state, out_dir, dtype, shards)
