@@ -1,8 +1,12 @@
 // Quantized GEMV bandwidth: ops::matmul (1 token) over ~1 GiB of weights per format (past
-// the last-level cache) vs the machine's streaming read bandwidth, plus a 64-token GEMM rate;
-// prints a Markdown table. Each rate is given per wall second and per CPU second (process CPU
-// time / threads), so a machine shared with other jobs still yields a meaningful ratio.
-// Usage: quant_bench [--mib 1024] [--cols 4096] [--threads 0]   (FT_ISA=avx2|scalar to compare)
+// the last-level cache) vs the machine's streaming read bandwidth with the same threads, plus a
+// 64-token GEMM rate; prints a Markdown table. Each rate is given per wall second and per CPU
+// second (process CPU time / threads), so a machine shared with other jobs still yields a
+// meaningful ratio. --experts E instead streams E [rows, cols] matrices (an MoE layer's experts,
+// 8 per matmul_grouped call, 1 token each); --rows fixes the row count of the one big matrix.
+// Also prints the pool's fork-join latency and the CPU count it sized itself by.
+// Usage: quant_bench [--mib 1024] [--cols 4096] [--rows 0] [--experts 0] [--threads 0]
+//                    [--gemm 1] [--formats Q4_K,Q8_0,...]   (FT_ISA=avx2|scalar to compare)
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -10,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <sched.h>
 #include <random>
 #include <string>
 #include <vector>
@@ -76,11 +81,41 @@ struct Result {
   Rate gemv, gemm;  // bytes/s; flop/s
 };
 
+// Mean wall microseconds of one empty fork-join over every thread.
+double fork_join_us(ThreadPool& pool) {
+  std::vector<int64_t> hits(pool.size() * 16);
+  const int reps = 20000;
+  Timer t;
+  for (int r = 0; r < reps; ++r)
+    pool.run(pool.size(), 1, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) hits[i * 16]++;
+    });
+  return 1e6 * t.seconds() / reps;
+}
+
+struct Options {
+  size_t mib = 1024;
+  int64_t cols = 4096, rows = 0, experts = 0;
+  int threads = 0;
+  bool gemm = true;
+  std::string formats;
+};
+
 // A [rows, cols] matrix of type t: 128 quantized random rows tiled over ~mib MiB.
-Result bench_type(ThreadPool& pool, quant::QuantType t, int64_t cols, size_t mib) {
+Result bench_type(ThreadPool& pool, quant::QuantType t, const Options& o) {
+  const int64_t cols = o.cols;
   const bool fp8 = t == quant::QuantType::FP8_E4M3_B128;
   const size_t rb = fp8 ? static_cast<size_t>(cols) : quant::row_bytes(t, cols);
-  const int64_t rows = std::max<int64_t>(128, static_cast<int64_t>((mib << 20) / rb) / 128 * 128);
+  if (o.experts < 0) {  // auto: as many experts as fill --mib
+    Options a = o;
+    a.experts = std::max<int64_t>(8, static_cast<int64_t>((o.mib << 20) / (rb * o.rows)));
+    return bench_type(pool, t, a);
+  }
+  // experts: E matrices of o.rows rows, stored back to back
+  const int64_t total_rows =
+      o.experts > 0 ? o.experts * o.rows
+                    : (o.rows > 0 ? o.rows : static_cast<int64_t>((o.mib << 20) / rb) / 128 * 128);
+  const int64_t rows = std::max<int64_t>(128, (total_rows + 127) / 128 * 128);
   std::vector<uint8_t> w(rb * rows);
   std::vector<float> scales;
   std::mt19937 rng(1);
@@ -112,10 +147,31 @@ Result bench_type(ThreadPool& pool, quant::QuantType t, int64_t cols, size_t mib
   std::vector<float> x(64 * cols), y(64 * rows);
   for (auto& e : x) e = nd(rng);
   Result r;
+  if (o.experts > 0) {  // 8 experts per grouped call, 1 token each, over every expert
+    std::vector<TensorView> ev(o.experts, v);
+    for (int64_t e = 0; e < o.experts; ++e) {
+      ev[e].shape[0] = o.rows;
+      ev[e].data = w.data() + e * o.rows * rb;
+      ev[e].scale_inv = fp8 ? scales.data() + e * (o.rows / 128) * ((cols + 127) / 128) : nullptr;
+    }
+    auto layer = [&] {
+      for (int64_t e0 = 0; e0 < o.experts; e0 += 8) {
+        std::vector<ops::GemmProblem> ps;
+        for (int64_t e = e0; e < std::min(o.experts, e0 + 8); ++e)
+          ps.push_back({x.data(), 1, &ev[e], y.data() + (e - e0) * o.rows});
+        ops::matmul_grouped(pool, ps);
+      }
+    };
+    layer();
+    for (int rep = 0; rep < 5; ++rep)
+      r.gemv.add(static_cast<double>(o.experts * o.rows * rb), timed(pool.size(), layer));
+    return r;
+  }
   ops::matmul(pool, x.data(), 1, v, y.data());  // warm: page in, scratch
   for (int rep = 0; rep < 5; ++rep)
     r.gemv.add(static_cast<double>(w.size()),
                timed(pool.size(), [&] { ops::matmul(pool, x.data(), 1, v, y.data()); }));
+  if (!o.gemm) return r;
   // batch of 64 tokens over the first 1/8 of the rows (a prefill-shaped GEMM)
   TensorView part = v;
   part.shape[0] = std::max<int64_t>(128, rows / 8 / 128 * 128);
@@ -126,23 +182,43 @@ Result bench_type(ThreadPool& pool, quant::QuantType t, int64_t cols, size_t mib
 }
 
 int run(int argc, char** argv) {
-  size_t mib = 1024;
-  int64_t cols = 4096;
-  int threads = 0;
+  Options o;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
-    if (a == "--mib") mib = std::strtoull(argv[i + 1], nullptr, 10);
-    else if (a == "--cols") cols = std::strtoll(argv[i + 1], nullptr, 10);
-    else if (a == "--threads") threads = std::atoi(argv[i + 1]);
+    if (a == "--mib") o.mib = std::strtoull(argv[i + 1], nullptr, 10);
+    else if (a == "--cols") o.cols = std::strtoll(argv[i + 1], nullptr, 10);
+    else if (a == "--rows") o.rows = std::strtoll(argv[i + 1], nullptr, 10);
+    else if (a == "--experts")
+      o.experts = std::string(argv[i + 1]) == "auto" ? -1 : std::strtoll(argv[i + 1], nullptr, 10);
+    else if (a == "--threads") o.threads = std::atoi(argv[i + 1]);
+    else if (a == "--gemm") o.gemm = std::atoi(argv[i + 1]) != 0;
+    else if (a == "--formats") o.formats = "," + std::string(argv[i + 1]) + ",";
     else {
-      std::fprintf(stderr, "usage: quant_bench [--mib 1024] [--cols 4096] [--threads 0]\n");
+      std::fprintf(stderr,
+                   "usage: quant_bench [--mib 1024] [--cols 4096] [--rows 0] [--experts 0] "
+                   "[--threads 0] [--gemm 1] [--formats Q4_K,Q8_0,...]\n");
       return 1;
     }
   }
+  if (o.experts != 0 && o.rows <= 0) o.rows = 768;
+  const int64_t cols = o.cols;
+  const size_t mib = o.mib;
+  const int threads = o.threads;
+  cpu_set_t aff;
+  const int aff_n = sched_getaffinity(0, sizeof(aff), &aff) == 0 ? CPU_COUNT(&aff) : -1;
+  std::printf("CPUs: %d in the affinity mask, cpu_count() %d (cgroup quota honoured)\n", aff_n,
+              cpu_count());
   ThreadPool pool(threads);
   const Rate bw = read_bandwidth(pool, size_t{1} << 30);
-  std::printf("kernels: %s (quant table %s), %d threads, %zu MiB per matrix, %lld columns\n",
-              cpu::kernels().isa, cpu::quant_kernels().isa, pool.size(), mib, (long long)cols);
+  std::printf("kernels: %s (quant table %s), %d threads, fork-join %.2f us\n", cpu::kernels().isa,
+              cpu::quant_kernels().isa, pool.size(), fork_join_us(pool));
+  if (o.experts != 0)
+    std::printf("%lld experts of [%lld, %lld], 8 per grouped matmul, 1 token\n",
+                (long long)o.experts, (long long)o.rows, (long long)cols);  // -1: as many as fill --mib
+  else if (o.rows > 0)
+    std::printf("matrix [%lld, %lld]\n", (long long)o.rows, (long long)cols);
+  else
+    std::printf("%zu MiB per matrix, %lld columns\n", mib, (long long)cols);
   std::printf("machine read bandwidth (streaming 1 GiB): %.1f GB/s per wall second, %.1f GB/s per "
               "CPU second\n\n", bw.wall / 1e9, bw.cpu / 1e9);
   std::printf("| format | bits/weight | GEMV GB/s (wall) | / DRAM (wall) | GEMV GB/s (CPU) | / DRAM "
@@ -150,7 +226,9 @@ int run(int argc, char** argv) {
   std::printf("|---|---|---|---|---|---|---|---|\n");
   for (quant::QuantType t : quant::all_types()) {
     if (t == quant::QuantType::F16) continue;
-    const Result r = bench_type(pool, t, cols, mib);
+    if (!o.formats.empty() && o.formats.find("," + std::string(quant::name(t)) + ",") == std::string::npos)
+      continue;
+    const Result r = bench_type(pool, t, o);
     const double bits = t == quant::QuantType::FP8_E4M3_B128
                             ? 8.0
                             : 8.0 * quant::block_bytes(t) / quant::block_elems(t);

@@ -136,12 +136,16 @@ const QuantType k_block_types[] = {
     QuantType::IQ4_NL, QuantType::IQ4_XS, QuantType::MXFP4, QuantType::NVFP4,
 };
 
+// n <= 4 takes the SIMD tables' fused GEMV (whole 256-element super-blocks in registers, the
+// rest through decode()), n = 5 the decode-once path; the column counts give rows of tail
+// blocks only, super-blocks plus a tail, and whole super-blocks.
 TEST(QuantKernels, EveryFormatEveryIsa) {
-  for (QuantType t : k_block_types) {
+  for (QuantType t : k_block_types)
+  for (const int64_t n : {int64_t{1}, int64_t{2}, int64_t{3}, int64_t{4}, int64_t{5}}) {
     const int64_t be = quant::block_elems(t);
-    for (int64_t cols : {be * 3, be * 5 + (be == 16 ? int64_t{256} : 0), int64_t{1024} + (be == 256 ? 256 : 32)}) {
+    for (int64_t cols : {be * 3, be * 5 + (be == 16 ? int64_t{256} : 0), int64_t{1024} + (be == 256 ? 256 : 32), int64_t{2048}}) {
       if (cols % be) continue;
-      const int64_t rows = 37, n = 5, ldy = rows + 3;
+      const int64_t rows = 37, ldy = rows + 3;
       QuantMatrix m = make_matrix(t, rows, cols, static_cast<uint32_t>(cols + static_cast<int>(t)));
       auto x = randn(n * cols, 11);
       for (int64_t i = 0; i < n * cols; i += 7) x[i] *= 6.f;  // outliers within groups
@@ -155,7 +159,7 @@ TEST(QuantKernels, EveryFormatEveryIsa) {
           double ref, bound;
           reference(m, x.data(), tt, r, &ref, &bound);
           ASSERT_NEAR(ys[tt * ldy + r], ref, bound + 1e-4 * std::fabs(ref) + 1e-5)
-              << quant::name(t) << " cols " << cols << " token " << tt << " row " << r;
+              << quant::name(t) << " cols " << cols << " n " << n << " token " << tt << " row " << r;
         }
       for (std::string_view isa : cpu::supported_isas()) {
         const cpu::QuantKernels* qk = cpu::quant_kernels_for(isa);
@@ -170,7 +174,8 @@ TEST(QuantKernels, EveryFormatEveryIsa) {
             const float want = inside ? ys[tt * ldy + r] : -1.f;
             const double tol = inside ? 2e-6 * decode_magnitude(m, x.data(), tt, r) + 1e-6 : 0.0;
             ASSERT_NEAR(yv[tt * ldy + r], want, tol)
-                << isa << " " << quant::name(t) << " cols " << cols << " token " << tt << " row " << r;
+                << isa << " " << quant::name(t) << " cols " << cols << " n " << n << " token " << tt
+                << " row " << r;
           }
       }
     }

@@ -3,17 +3,33 @@
 // Compiled with -mavx2 -mfma -mf16c; selected only when the CPU has them.
 #include <immintrin.h>
 
+#include "backend/cpu/quant_fused.h"
 #include "backend/cpu/quant_simd.h"
 
 namespace ft::cpu {
 
 namespace {
 struct Avx2Q {
+  // The fused GEMV (quant_fused.h) for up to 4 tokens; more tokens decode each row once.
+  template <int MaxU>
+  static __m256i dot(__m256i u, __m256i q) {
+    return pair<MaxU>(u, q);
+  }
+  template <class F>
+  static bool gemm_small(const QActs& x, int64_t n, int64_t k, const uint8_t* w, size_t row_bytes,
+                         int64_t r0, int64_t r1, float post, float* y, int64_t ldy) {
+    if (n > 4) return false;
+    qsimd::gemm_fused<Avx2Q, F>(x, n, k, w, row_bytes, r0, r1, post, y, ldy);
+    return true;
+  }
   // 32 codes x 32 activations (groups g, g+1) -> 8 int32 lanes: 0-3 group g, 4-7 group g+1.
   template <int MaxU>
   static __m256i pair(const uint8_t* u, const int8_t* q) {
-    const __m256i uv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(u));
-    const __m256i qv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q));
+    return pair<MaxU>(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(u)),
+                      _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q)));
+  }
+  template <int MaxU>
+  static __m256i pair(__m256i uv, __m256i qv) {
     if constexpr (MaxU <= 127) {
       return _mm256_madd_epi16(_mm256_maddubs_epi16(uv, qv), _mm256_set1_epi16(1));
     } else {  // widen: group g from the low 16 bytes, g+1 from the high; fold 8 lanes to 4

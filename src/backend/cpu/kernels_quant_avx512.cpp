@@ -2,12 +2,25 @@
 // Compiled with -mavx512f -mavx512bw -mavx512vl -mavx512vnni; selected only when the CPU has them.
 #include <immintrin.h>
 
+#include "backend/cpu/quant_fused.h"
 #include "backend/cpu/quant_simd.h"
 
 namespace ft::cpu {
 
 namespace {
 struct Avx512Q {
+  // The fused GEMV (quant_fused.h) for up to 4 tokens; more tokens decode each row once.
+  template <int MaxU>
+  static __m256i dot(__m256i u, __m256i q) {
+    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, q);
+  }
+  template <class F>
+  static bool gemm_small(const QActs& x, int64_t n, int64_t k, const uint8_t* w, size_t row_bytes,
+                         int64_t r0, int64_t r1, float post, float* y, int64_t ldy) {
+    if (n > 4) return false;
+    qsimd::gemm_fused<Avx512Q, F>(x, n, k, w, row_bytes, r0, r1, post, y, ldy);
+    return true;
+  }
   // 64 codes x 64 activations -> 16 int32 lanes (4 per group of 16), scaled per group.
   static __m512 chunk(const uint8_t* u, const int8_t* q, __m512 scale, __m512 acc) {
     const __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_loadu_si512(u),

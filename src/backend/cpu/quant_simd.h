@@ -8,7 +8,10 @@
 //   void e4m3_scaled(const uint8_t* q, int64_t n, float scale, float* out): out = e4m3(q) * scale;
 //   float dot_e4m3(const uint8_t* q, const float* x, int64_t n) = sum e4m3(q[i]) * x[i];
 //   void lut16(uint8_t* u, int64_t n, const uint8_t* book): u[i] = book[u[i]] (u[i] < 16,
-//     n a multiple of 16) -- the codebook step of formats with kHasBook.
+//     n a multiple of 16) -- the codebook step of formats with kHasBook;
+// and optionally
+//   template <class F> bool gemm_small(same arguments as gemm): a faster path for some calls
+//     (the SIMD tables' fused GEMV of quant_fused.h for a few tokens); false when it declines.
 // Include only from a translation unit compiled for Q's instruction set.
 #pragma once
 #include <cstdint>
@@ -31,6 +34,8 @@ namespace qsimd {
 template <class Q, class F>
 void gemm(const QActs& x, int64_t n, int64_t k, const uint8_t* w, size_t row_bytes, int64_t r0,
           int64_t r1, float post, float* y, int64_t ldy) {
+  if constexpr (requires { Q::template gemm_small<F>(x, n, k, w, row_bytes, r0, r1, post, y, ldy); })
+    if (Q::template gemm_small<F>(x, n, k, w, row_bytes, r0, r1, post, y, ldy)) return;
   const int64_t ng = k / 16, nb = k / F::kElems;
   uint8_t* u = quant_row_scratch(k);
   float* d = reinterpret_cast<float*>(u + k);
