@@ -137,7 +137,8 @@ TEST_P(GgufFixture, Q8_0StaysCloseToBf16) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, GgufFixture,
-                         ::testing::Values("qwen3_moe", "qwen3_moe_yarn", "mixtral", "olmoe"));
+                         ::testing::Values("qwen3_moe", "qwen3_moe_yarn", "mixtral", "olmoe",
+                                           "gpt_oss"));
 
 // The demo model (hidden 256: whole Q4_K blocks) quantized to Q8_0 and Q4_K, on a prompt of
 // own vocabulary. Measured: Q8_0 5.5e-4, Q4_K 0.042 nats; the bounds leave ~2.5-4x.

@@ -71,7 +71,7 @@ TEST_P(FtcFamily, RoundTripIsBitIdentical) {
 
 INSTANTIATE_TEST_SUITE_P(Families, FtcFamily,
                          ::testing::Values("qwen3_moe", "mixtral", "olmoe", "qwen3_5_moe",
-                                           "qwen3_next"));
+                                           "qwen3_next", "gpt_oss"));
 
 TEST(Ftc, QuantizedSourcesKeepTheirFormat) {
   const std::string src = std::string(FT_FIXTURES) + "/qwen3_next";
