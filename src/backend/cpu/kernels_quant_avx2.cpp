@@ -9,7 +9,7 @@
 namespace ft::cpu {
 
 namespace {
-struct Avx2Q {
+struct Avx2Q : qsimd::Ymm<Avx2Q> {
   // The fused GEMV (quant_fused.h) for up to 4 tokens; more tokens decode each row once.
   template <int MaxU>
   static __m256i dot(__m256i u, __m256i q) {

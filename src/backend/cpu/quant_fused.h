@@ -1,11 +1,15 @@
 // Fused quantized GEMV for a few tokens: each 256-element super-block of a weight row is
 // unpacked in registers (quant_unpack.h) and multiplied with up to 4 tokens' int8 activations
 // at once, so the row is read from memory once and never written back to a scratch buffer.
-// Written once over the format F and an ISA traits type Q, which provides
-//   template <int MaxU> __m256i dot(__m256i u, __m256i q): 8 int32 lanes, lane j the sum of
-//     u[4j + i] * q[4j + i] (i < 4) for unsigned codes u <= MaxU and int8 q (vpdpbusd shape).
-// Lanes 0-3 of a chunk's dot are its first group of 16, lanes 4-7 its second; each group's
-// weight scale times activation scale is spread over its four lanes by one permute.
+// Written once over the format F and an ISA traits type Q, which provides the accumulation
+// of two chunks (64 codes, groups 4I .. 4I + 3 of the super-block):
+//   using Acc; using Ps; static Acc zero(); static float total(Acc a, Acc b, __m256 c);
+//   static Ps scales16(__m256 lo, __m256 hi): the 16 group scales (weight x activation);
+//   template <int MaxU, int I> static Acc accumulate(Acc acc, __m256i u0, __m256i u1,
+//       const int8_t* q, const Ps& ps): acc + lane-wise sum(u * q) * group scale, where
+//     u0, u1 are the chunks' unsigned codes (<= MaxU) and q their 64 int8 activations.
+// A vpdpbusd lane sums 4 bytes of one group of 16, so each group's scale is spread over its
+// four lanes by one permute.
 // A row tail shorter than a super-block goes through F::decode() like the scalar table.
 #pragma once
 #include <immintrin.h>
@@ -30,6 +34,34 @@ inline __m256 spread(__m256 s) {
       s, _mm256_setr_epi32(2 * I, 2 * I, 2 * I, 2 * I, 2 * I + 1, 2 * I + 1, 2 * I + 1, 2 * I + 1));
 }
 
+// The accumulate step over 256-bit vectors (two chunks, each with its own accumulator), for tables
+// whose dot is 8 lanes wide: Q derives from Ymm<Q> and provides dot<MaxU>(u, q) -> 8 int32
+// lanes, lane j = sum of u[4j + i] * q[4j + i] (the vpdpbusd shape).
+template <class Q>
+struct Ymm {
+  struct Acc {
+    __m256 a, b;
+  };
+  struct Ps {
+    __m256 lo, hi;
+  };
+  static Acc zero() { return {_mm256_setzero_ps(), _mm256_setzero_ps()}; }
+  static Ps scales16(__m256 lo, __m256 hi) { return {lo, hi}; }
+  static float total(Acc x, Acc y, __m256 c) {
+    return hsum(_mm256_add_ps(_mm256_add_ps(_mm256_add_ps(x.a, x.b), _mm256_add_ps(y.a, y.b)), c));
+  }
+  template <int MaxU, int I>
+  static Acc accumulate(Acc acc, __m256i u0, __m256i u1, const int8_t* q, const Ps& ps) {
+    const __m256 s = I < 2 ? ps.lo : ps.hi;
+    const __m256 d0 = _mm256_cvtepi32_ps(
+        Q::template dot<MaxU>(u0, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q))));
+    const __m256 d1 = _mm256_cvtepi32_ps(
+        Q::template dot<MaxU>(u1, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 32))));
+    return {_mm256_fmadd_ps(d0, spread<(2 * I) % 4>(s), acc.a),
+            _mm256_fmadd_ps(d1, spread<(2 * I + 1) % 4>(s), acc.b)};
+  }
+};
+
 // Distance in bytes ahead of the current super-block that each row prefetches.
 constexpr int k_prefetch_bytes = 768;
 
@@ -39,38 +71,39 @@ template <class Q, class F, int NT>
 inline void fused_row(const uint8_t* row, int64_t k, const QActs& x, int64_t t0, float* out) {
   using U = Unpack<F>;
   const int64_t ng = k / 16, nsb = k / 256;
-  __m256 acc[NT][2], accm[NT];
-  for (int t = 0; t < NT; ++t) acc[t][0] = acc[t][1] = accm[t] = _mm256_setzero_ps();
+  typename Q::Acc acc[NT][2];
+  __m256 accm[NT];
+  for (int t = 0; t < NT; ++t) {
+    acc[t][0] = acc[t][1] = Q::zero();
+    accm[t] = _mm256_setzero_ps();
+  }
   for (int64_t sb = 0; sb < nsb; ++sb) {
     const uint8_t* p = row + sb * U::kBytes;
     _mm_prefetch(reinterpret_cast<const char*>(p) + k_prefetch_bytes, _MM_HINT_T0);
-    __m256 ws[2], ms[2], ps[NT][2];
+    __m256 ws[2], ms[2];
+    typename Q::Ps ps[NT];
     U::scales(p, ws, ms);
     for (int t = 0; t < NT; ++t) {
       const float* dx = x.d + (t0 + t) * ng + 16 * sb;
       const float* sx = x.s + (t0 + t) * ng + 16 * sb;
-      ps[t][0] = _mm256_mul_ps(ws[0], _mm256_loadu_ps(dx));
-      ps[t][1] = _mm256_mul_ps(ws[1], _mm256_loadu_ps(dx + 8));
+      ps[t] = Q::scales16(_mm256_mul_ps(ws[0], _mm256_loadu_ps(dx)),
+                          _mm256_mul_ps(ws[1], _mm256_loadu_ps(dx + 8)));
       accm[t] = _mm256_fmadd_ps(ms[0], _mm256_loadu_ps(sx), accm[t]);
       accm[t] = _mm256_fmadd_ps(ms[1], _mm256_loadu_ps(sx + 8), accm[t]);
     }
     const int8_t* q = x.q + 256 * sb;
-    [&]<int... C>(std::integer_sequence<int, C...>) {
+    [&]<int... I>(std::integer_sequence<int, I...>) {
       (
           [&] {
-            const __m256i u = U::template codes<C>(p);
-            for (int t = 0; t < NT; ++t) {
-              const __m256i qv = _mm256_loadu_si256(
-                  reinterpret_cast<const __m256i*>(q + (t0 + t) * k + 32 * C));
-              const __m256 dot = _mm256_cvtepi32_ps(Q::template dot<F::kMaxU>(u, qv));
-              acc[t][C % 2] = _mm256_fmadd_ps(dot, spread<C % 4>(ps[t][C / 4]), acc[t][C % 2]);
-            }
+            const __m256i u0 = U::template codes<2 * I>(p), u1 = U::template codes<2 * I + 1>(p);
+            for (int t = 0; t < NT; ++t)
+              acc[t][I % 2] = Q::template accumulate<F::kMaxU, I>(acc[t][I % 2], u0, u1,
+                                                             q + (t0 + t) * k + 64 * I, ps[t]);
           }(),
           ...);
-    }(std::make_integer_sequence<int, 8>{});
+    }(std::make_integer_sequence<int, 4>{});
   }
-  for (int t = 0; t < NT; ++t)
-    out[t] = hsum(_mm256_add_ps(_mm256_add_ps(acc[t][0], acc[t][1]), accm[t]));
+  for (int t = 0; t < NT; ++t) out[t] = Q::total(acc[t][0], acc[t][1], accm[t]);
   // tail: the blocks past the last whole super-block (32- and 16-element formats only)
   const int64_t e0 = 256 * nsb;
   if (e0 == k) return;

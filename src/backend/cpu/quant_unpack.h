@@ -23,9 +23,11 @@ struct Unpack;
 namespace unpack_detail {
 inline __m256i nib_mask() { return _mm256_set1_epi8(0x0f); }
 // 16 bytes of nibbles -> 32 codes: low nibbles then high nibbles (the 32-element formats).
+// (A broadcast load and a per-lane shift: no cross-lane insert on port 5.)
 inline __m256i split16(const uint8_t* p) {
-  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-  return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(v, 4), v), nib_mask());
+  const __m256i v = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  return _mm256_and_si256(_mm256_srlv_epi32(v, _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4)),
+                          nib_mask());
 }
 inline __m256i load32(const uint8_t* p) {
   return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
@@ -49,10 +51,24 @@ inline void pairs(__m256 b, __m256* g) {
   g[1] = _mm256_permutevar8x32_ps(b, _mm256_setr_epi32(4, 4, 5, 5, 6, 6, 7, 7));
 }
 // fp16 values at a byte stride -> 8 floats.
-inline __m256 halves8(const uint8_t* p, int stride) {
-  alignas(16) uint16_t h[8];
-  for (int i = 0; i < 8; ++i) std::memcpy(&h[i], p + i * stride, 2);
-  return _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(h)));
+inline uint16_t u16_at(const uint8_t* p) {
+  uint16_t v;
+  std::memcpy(&v, p, 2);
+  return v;
+}
+template <int Stride>
+inline __m256 halves8(const uint8_t* p) {
+  return _mm256_cvtph_ps(_mm_setr_epi16(
+      static_cast<short>(u16_at(p)), static_cast<short>(u16_at(p + Stride)),
+      static_cast<short>(u16_at(p + 2 * Stride)), static_cast<short>(u16_at(p + 3 * Stride)),
+      static_cast<short>(u16_at(p + 4 * Stride)), static_cast<short>(u16_at(p + 5 * Stride)),
+      static_cast<short>(u16_at(p + 6 * Stride)), static_cast<short>(u16_at(p + 7 * Stride))));
+}
+// Bytes p[0], p[Stride], ... (N of them) as int32 lanes.
+template <int Stride>
+inline __m256i bytes8_epi32(const uint8_t* p) {
+  return _mm256_setr_epi32(p[0], p[Stride], p[2 * Stride], p[3 * Stride], p[4 * Stride],
+                           p[5 * Stride], p[6 * Stride], p[7 * Stride]);
 }
 inline void scaled(__m256* v, float c, __m256* out) {
   out[0] = _mm256_mul_ps(v[0], _mm256_set1_ps(c));
@@ -83,7 +99,7 @@ template <>
 struct Unpack<quant::Q4_0> {
   static constexpr int kBlocks = 8, kBytes = 8 * sizeof(quant::BlockQ4_0);
   static void scales(const uint8_t* p, __m256* ws, __m256* ms) {
-    unpack_detail::pairs(unpack_detail::halves8(p, sizeof(quant::BlockQ4_0)), ws);
+    unpack_detail::pairs(unpack_detail::halves8<sizeof(quant::BlockQ4_0)>(p), ws);
     unpack_detail::scaled(ws, -8.f, ms);
   }
   template <int C>
@@ -96,8 +112,8 @@ template <>
 struct Unpack<quant::Q4_1> {
   static constexpr int kBlocks = 8, kBytes = 8 * sizeof(quant::BlockQ4_1);
   static void scales(const uint8_t* p, __m256* ws, __m256* ms) {
-    unpack_detail::pairs(unpack_detail::halves8(p, sizeof(quant::BlockQ4_1)), ws);
-    unpack_detail::pairs(unpack_detail::halves8(p + 2, sizeof(quant::BlockQ4_1)), ms);
+    unpack_detail::pairs(unpack_detail::halves8<sizeof(quant::BlockQ4_1)>(p), ws);
+    unpack_detail::pairs(unpack_detail::halves8<sizeof(quant::BlockQ4_1)>(p + 2), ms);
   }
   template <int C>
   static __m256i codes(const uint8_t* p) {
@@ -109,7 +125,7 @@ template <>
 struct Unpack<quant::Q8_0> {
   static constexpr int kBlocks = 8, kBytes = 8 * sizeof(quant::BlockQ8_0);
   static void scales(const uint8_t* p, __m256* ws, __m256* ms) {
-    unpack_detail::pairs(unpack_detail::halves8(p, sizeof(quant::BlockQ8_0)), ws);
+    unpack_detail::pairs(unpack_detail::halves8<sizeof(quant::BlockQ8_0)>(p), ws);
     unpack_detail::scaled(ws, -128.f, ms);
   }
   template <int C>
@@ -123,7 +139,7 @@ template <>
 struct Unpack<quant::IQ4_NL> {
   static constexpr int kBlocks = 8, kBytes = 8 * sizeof(quant::BlockIQ4_NL);
   static void scales(const uint8_t* p, __m256* ws, __m256* ms) {
-    unpack_detail::pairs(unpack_detail::halves8(p, sizeof(quant::BlockIQ4_NL)), ws);
+    unpack_detail::pairs(unpack_detail::halves8<sizeof(quant::BlockIQ4_NL)>(p), ws);
     unpack_detail::scaled(ws, -128.f, ms);
   }
   template <int C>
@@ -137,9 +153,13 @@ template <>
 struct Unpack<quant::MXFP4> {
   static constexpr int kBlocks = 8, kBytes = 8 * sizeof(quant::BlockMXFP4);
   static void scales(const uint8_t* p, __m256* ws, __m256* ms) {
-    alignas(32) float s[8];
-    for (int b = 0; b < 8; ++b) s[b] = quant::MXFP4::scale(reinterpret_cast<const quant::BlockMXFP4*>(p)[b]);
-    unpack_detail::pairs(_mm256_load_ps(s), ws);
+    // e8m0: 2^(e - 127) = e << 23 as float bits; e = 0 is 2^-127 (0x00400000), 255 NaN
+    const __m256i e = unpack_detail::bytes8_epi32<sizeof(quant::BlockMXFP4)>(p);
+    const __m256i odd = _mm256_or_si256(_mm256_cmpeq_epi32(e, _mm256_setzero_si256()),
+                                        _mm256_cmpeq_epi32(e, _mm256_set1_epi32(255)));
+    const __m256i bits = _mm256_or_si256(_mm256_slli_epi32(e, 23),
+                                         _mm256_and_si256(odd, _mm256_set1_epi32(0x00400000)));
+    unpack_detail::pairs(_mm256_mul_ps(_mm256_castsi256_ps(bits), _mm256_set1_ps(0.5f)), ws);
     unpack_detail::scaled(ws, -12.f, ms);
   }
   template <int C>
@@ -154,10 +174,23 @@ template <>
 struct Unpack<quant::NVFP4> {
   static constexpr int kBlocks = 16, kBytes = 16 * sizeof(quant::BlockNVFP4);
   static void scales(const uint8_t* p, __m256* ws, __m256* ms) {
-    alignas(32) float s[16];
-    for (int b = 0; b < 16; ++b) s[b] = 0.5f * quant::k_e4m3.v[p[b * sizeof(quant::BlockNVFP4)]];
-    ws[0] = _mm256_load_ps(s);
-    ws[1] = _mm256_load_ps(s + 8);
+    constexpr int z = sizeof(quant::BlockNVFP4);
+    const __m128i b = _mm_setr_epi8(
+        static_cast<char>(p[0]), static_cast<char>(p[z]), static_cast<char>(p[2 * z]),
+        static_cast<char>(p[3 * z]), static_cast<char>(p[4 * z]), static_cast<char>(p[5 * z]),
+        static_cast<char>(p[6 * z]), static_cast<char>(p[7 * z]), static_cast<char>(p[8 * z]),
+        static_cast<char>(p[9 * z]), static_cast<char>(p[10 * z]), static_cast<char>(p[11 * z]),
+        static_cast<char>(p[12 * z]), static_cast<char>(p[13 * z]), static_cast<char>(p[14 * z]),
+        static_cast<char>(p[15 * z]));
+    // e4m3 / 256 exactly as fp16 (exponent and mantissa bits placed in fp16's fields, e4m3
+    // subnormals onto fp16 subnormals, S.1111.111 -> NaN), then * 256 * 0.5
+    const __m256i w = _mm256_cvtepu8_epi16(b), mag = _mm256_and_si256(w, _mm256_set1_epi16(0x7f));
+    __m256i h = _mm256_or_si256(_mm256_slli_epi16(_mm256_and_si256(w, _mm256_set1_epi16(0x80)), 8),
+                                _mm256_slli_epi16(mag, 7));
+    h = _mm256_or_si256(h, _mm256_and_si256(_mm256_cmpeq_epi16(mag, _mm256_set1_epi16(0x7f)),
+                                            _mm256_set1_epi16(0x7e00)));
+    ws[0] = _mm256_mul_ps(_mm256_cvtph_ps(_mm256_castsi256_si128(h)), _mm256_set1_ps(128.f));
+    ws[1] = _mm256_mul_ps(_mm256_cvtph_ps(_mm256_extracti128_si256(h, 1)), _mm256_set1_ps(128.f));
     unpack_detail::scaled(ws, -12.f, ms);
   }
   template <int C>
@@ -178,12 +211,17 @@ struct Unpack<quant::IQ4_XS> {
   static constexpr int kBlocks = 1, kBytes = sizeof(quant::BlockIQ4_XS);
   static void scales(const uint8_t* p, __m256* ws, __m256* ms) {
     const auto& b = *reinterpret_cast<const quant::BlockIQ4_XS*>(p);
-    alignas(16) int8_t s[16];
-    for (int i = 0; i < 8; ++i) s[i] = static_cast<int8_t>(quant::IQ4_XS::scale(b, i));
-    __m256 sub[2];
-    const float d = quant::half_f32(b.d);
-    unpack_detail::bytes16_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(s)), true, d, d, sub);
-    unpack_detail::pairs(sub[0], ws);
+    // sub-block s: nibble s of scales_l (bits 4s..4s+3) | bits 2s..2s+1 of scales_h << 4, - 32
+    uint32_t l;
+    std::memcpy(&l, b.scales_l, 4);
+    const __m256i lo = _mm256_and_si256(
+        _mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(l)), _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28)),
+        _mm256_set1_epi32(0xf));
+    const __m256i hi = _mm256_and_si256(
+        _mm256_srlv_epi32(_mm256_set1_epi32(b.scales_h), _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14)),
+        _mm256_set1_epi32(3));
+    const __m256i sc = _mm256_sub_epi32(_mm256_or_si256(lo, _mm256_slli_epi32(hi, 4)), _mm256_set1_epi32(32));
+    unpack_detail::pairs(_mm256_mul_ps(_mm256_cvtepi32_ps(sc), _mm256_set1_ps(quant::half_f32(b.d))), ws);
     unpack_detail::scaled(ws, -128.f, ms);
   }
   template <int C>
