@@ -83,7 +83,8 @@ TEST_P(EnginePrefix, CachedTokensReportedAndOutputUnchanged) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, EnginePrefix,
-                         ::testing::Values("qwen3_moe", "mixtral", "qwen3_next", "qwen3_5_moe"));
+                         ::testing::Values("qwen3_moe", "mixtral", "qwen3_next", "qwen3_5_moe",
+                                           "gpt_oss"));
 
 }  // namespace
 }  // namespace ft

@@ -259,7 +259,7 @@ TEST_P(PrefixCacheTest, LongPrefillCheckpointsEveryNTokens) {
 
 INSTANTIATE_TEST_SUITE_P(Families, PrefixCacheTest,
                          ::testing::Values("qwen3_moe", "qwen3_moe_yarn", "mixtral", "olmoe",
-                                           "qwen3_next", "qwen3_5_moe"));
+                                           "qwen3_next", "qwen3_5_moe", "gpt_oss"));
 
 }  // namespace
 }  // namespace ft

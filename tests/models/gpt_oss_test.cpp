@@ -20,6 +20,7 @@
 #include "model/gguf_export.h"
 #include "model/transformer.h"
 #include "ops/ops.h"
+#include "parallel/tp_plan.h"
 #include "quant/formats.h"
 #include "quant/quant.h"
 
@@ -319,6 +320,18 @@ TEST(GptOss, BadLayerTypeIsAClearError) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("layer_types[1] 'chunked_attention'"), std::string::npos)
         << e.what();
+  }
+}
+
+// Features the tensor-parallel shards do not carry yet are refused, not dropped.
+TEST(GptOss, TensorParallelRefusesIt) {
+  auto m = Model::load(k_fixture);
+  EXPECT_NO_THROW(plan_tensor_parallel(m->config(), 1));
+  try {
+    plan_tensor_parallel(m->config(), 2);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("not sharded yet"), std::string::npos) << e.what();
   }
 }
 
