@@ -88,7 +88,9 @@ void run_quantize_ftc(const QuantizeOptions& o) {
 void run_quantize(const QuantizeOptions& o) {
   namespace fs = std::filesystem;
   if (o.out_format == "ftc") return run_quantize_ftc(o);
-  const std::optional<uint32_t> type = parse_type(o.type);
+  const GgufMix mix = gguf_mix_parse(o.type);
+  const std::optional<uint32_t> type =
+      mix != GgufMix::NONE ? std::optional<uint32_t>(gguf_mix_base(mix)) : parse_type(o.type);
   if (o.split < 1) fail("--split must be at least 1");
   if (!is_gguf_path(o.out))
     fail("{}: the output must be a .gguf file (or a directory with --out-format ftc)", o.out);
@@ -97,7 +99,8 @@ void run_quantize(const QuantizeOptions& o) {
   auto model = load_model(o.in);
   GgufWriter w;
   GgufExportOptions eo{.type = type,
-                       .name = fs::path(o.in).filename().replace_extension().string()};
+                       .name = fs::path(o.in).filename().replace_extension().string(),
+                       .mix = mix};
   gguf_add_model(w, *model, eo);
   if (is_gguf_path(o.in)) {
     copy_gguf_metadata(w, *GgufSet::open(o.in));
@@ -110,7 +113,9 @@ void run_quantize(const QuantizeOptions& o) {
   }
   std::fprintf(stderr, "ft quantize: %s -> %s (%s, %zu tensors, %.1f MiB)\n", o.in.c_str(),
                o.out.c_str(),
-               type ? std::string(ggml_type_info(*type).name).c_str() : "source types",
+               mix != GgufMix::NONE ? o.type.c_str()
+               : type              ? std::string(ggml_type_info(*type).name).c_str()
+                                   : "source types",
                w.n_tensors(), static_cast<double>(w.data_bytes()) / (1 << 20));
   Progress progress;
   auto files = w.write(o.out, o.split, [&](size_t d, size_t t) { progress(d, t); });
@@ -126,8 +131,9 @@ void add_quantize_command(CLI::App& app) {
   cmd->add_option("OUT", o->out, "Output .gguf file (a directory with --out-format ftc)")
       ->required();
   cmd->add_option("--type", o->type,
-                  "q8_0, q4_0, q4_1, q2_k..q6_k, iq4_nl, iq4_xs, mxfp4, f16, bf16, f32, or source "
-                  "(keep each tensor's own type)")
+                  "q8_0, q4_0, q4_1, q2_k..q6_k, iq4_nl, iq4_xs, mxfp4, f16, bf16, f32, source "
+                  "(keep each tensor's own type), or the mixtures q4_k_m, q5_k_m (Q6_K attn_v and "
+                  "ffn_down in the sensitive layers)")
       ->capture_default_str();
   cmd->add_option("--split", o->split, "Write N parts <name>-0000k-of-0000N.gguf")
       ->capture_default_str();

@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include <cctype>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 
@@ -91,8 +93,12 @@ struct Exporter {
   std::shared_ptr<ThreadPool> pool;  // shared by the fill callbacks, which run at write time
 
   uint32_t type_for(const TensorView& t, const std::string& name) const {
+    if (o.type_of)
+      if (const auto forced = o.type_of(name))
+        return gguf_export_type(*forced, name, t.shape[t.ndim - 1], c.tie_embeddings);
     if (!o.type) return ggml_of(t.dtype);
-    return gguf_export_type(*o.type, name, t.shape[t.ndim - 1], c.tie_embeddings);
+    const uint32_t target = o.mix == GgufMix::NONE ? *o.type : gguf_mix_type(o.mix, name, c.n_layers);
+    return gguf_export_type(target, name, t.shape[t.ndim - 1], c.tie_embeddings);
   }
 
   void vec(const std::string& name, const std::vector<float>& v) {
@@ -214,6 +220,36 @@ uint32_t gguf_export_type(uint32_t target, const std::string& name, int64_t cols
     }
   }
   return fits(t) ? t : k_ggml_f16;
+}
+
+GgufMix gguf_mix_parse(std::string_view s) {
+  std::string l(s);
+  for (char& ch : l) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  if (l == "q4_k_m") return GgufMix::Q4_K_M;
+  if (l == "q5_k_m") return GgufMix::Q5_K_M;
+  return GgufMix::NONE;
+}
+
+uint32_t gguf_mix_base(GgufMix mix) {
+  FT_CHECK(mix != GgufMix::NONE, "gguf_mix_base: no mixture");
+  return static_cast<uint32_t>(mix == GgufMix::Q4_K_M ? QuantType::Q4_K : QuantType::Q5_K);
+}
+
+bool gguf_more_bits(int64_t i, int64_t n) {
+  return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2;
+}
+
+uint32_t gguf_mix_type(GgufMix mix, const std::string& name, int64_t n_layers) {
+  const uint32_t base = gguf_mix_base(mix);
+  int64_t layer = -1;
+  if (name.rfind("blk.", 0) == 0) layer = std::strtoll(name.c_str() + 4, nullptr, 10);
+  if (layer < 0) return base;  // token_embd (output becomes Q6_K in gguf_export_type)
+  const std::string tail = name.substr(name.find('.', 4) + 1);
+  const bool sensitive = tail.rfind(std::string(gn::v) + ".", 0) == 0 ||
+                         tail.rfind(std::string(gn::down) + ".", 0) == 0 ||
+                         tail.rfind(std::string(gn::down_exps) + ".", 0) == 0;
+  return sensitive && gguf_more_bits(layer, n_layers) ? static_cast<uint32_t>(QuantType::Q6_K)
+                                                      : base;
 }
 
 void gguf_add_model(GgufWriter& w, const Model& m, const GgufExportOptions& o) {
