@@ -323,6 +323,44 @@ TEST(GptOss, BadLayerTypeIsAClearError) {
   }
 }
 
+// gpt-oss's expert widths (hidden = intermediate = 2880: 90 MXFP4 blocks, not whole 256-element
+// super-blocks) through the CPU matmul, 1..5 tokens (the fused decode GEMV) and 33 (GEMM), vs
+// the dequantized f32 matrix: within the 8-bit activation rounding.
+TEST(GptOss, Mxfp4MatmulAtGptOssWidths) {
+  ThreadPool pool(2, false);
+  const int64_t rows = 48, cols = 2880, nb = cols / 32;
+  std::vector<quant::BlockMXFP4> q(rows * nb);
+  uint32_t s = 7;
+  auto rnd = [&] { return (s = s * 1664525u + 1013904223u) / 4294967296.f - 0.5f; };
+  std::vector<float> row(cols);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (float& x : row) x = rnd() * (r % 3 + 1);
+    quant::quantize_row(quant::QuantType::MXFP4, row.data(), q.data() + r * nb, cols);
+  }
+  TensorView w;
+  w.dtype = DType::MXFP4;
+  w.ndim = 2;
+  w.shape = {rows, cols, 1, 1};
+  w.data = q.data();
+  w.name = "mxfp4 [48, 2880]";
+  std::vector<float> deq(rows * cols);
+  quant::dequantize_rows(w, 0, rows, deq.data());
+  for (int64_t n : {1, 2, 3, 4, 5, 33}) {
+    std::vector<float> x(n * cols), y(n * rows);
+    for (float& v : x) v = 2 * rnd();
+    ops::matmul(pool, x.data(), n, w, y.data());
+    for (int64_t t = 0; t < n; ++t)
+      for (int64_t r = 0; r < rows; ++r) {
+        double ref = 0, mag = 0;
+        for (int64_t c = 0; c < cols; ++c) {
+          ref += double(x[t * cols + c]) * deq[r * cols + c];
+          mag += std::fabs(double(x[t * cols + c]) * deq[r * cols + c]);
+        }
+        EXPECT_NEAR(y[t * rows + r], ref, 1e-2 * mag + 1e-4) << "n " << n << " t " << t << " r " << r;
+      }
+  }
+}
+
 // Features the tensor-parallel shards do not carry yet are refused, not dropped.
 TEST(GptOss, TensorParallelRefusesIt) {
   auto m = Model::load(k_fixture);
