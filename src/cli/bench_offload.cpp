@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <memory>
@@ -42,6 +43,8 @@ struct OffloadBenchOptions {
   bool graphs = true;
   std::string out;
   std::string expert_format = "bf16";  // bf16 or a block format (q4_k, mxfp4, q8_0, ...)
+  std::string kv = "bf16";             // KV cache element type: bf16 or f32
+  DType kv_dtype = DType::BF16;
 };
 
 DType expert_dtype(const std::string& f) {
@@ -106,11 +109,51 @@ double cpu_bandwidth(const HostExperts& host, int threads) {
   return best;
 }
 
+// Attention alone at the model's shapes (zeroed q/k/v; the kernels' time does not depend on the
+// values): every chunk of a prompt at its offset, one layer; the seconds for every layer and
+// the rate in TFLOP/s (4 * head_dim * heads FLOP per causal (query, key) pair).
+std::string attention_line(const ModelConfig& c, DType kv, int64_t prompt, int64_t chunk) {
+  const int64_t hd = c.head_dim, heads = c.n_heads, kvd = c.n_kv_heads * hd;
+  const size_t es = kv == DType::BF16 ? 2 : 4;
+  const int64_t rows = std::min(chunk, prompt);
+  cuda::DeviceBuffer q(rows * heads * hd * 4), out(rows * heads * hd * 4), k(prompt * kvd * es),
+      v(prompt * kvd * es);
+  for (auto* b : {&q, &k, &v}) cuda::memset_async(b->data(), 0, b->bytes());
+  double secs = 0, pairs = 0;
+  for (int64_t pos0 = 0; pos0 < prompt; pos0 += chunk) {
+    const int64_t n = std::min(chunk, prompt - pos0);
+    const cuda::AttentionArgs a{.q = q.as<float>(),
+                                .n_tokens = n,
+                                .pos0 = pos0,
+                                .k_cache = k.data(),
+                                .v_cache = v.data(),
+                                .n_heads = heads,
+                                .n_kv_heads = c.n_kv_heads,
+                                .head_dim = hd,
+                                .scale = 1.f / std::sqrt(static_cast<float>(hd)),
+                                .out = out.as<float>(),
+                                .kv_dtype = kv};
+    cuda::attention(a);  // warm-up (first launch, shared-memory carve-out)
+    cuda::synchronize();
+    Timer t;
+    cuda::attention(a);
+    cuda::synchronize();
+    secs += t.seconds();
+    pairs += double(n) * pos0 + n * (n + 1) / 2.0;
+  }
+  return fmt::format(
+      "attention ({} KV): prompt {} in chunks of {}: {} layers x {:.1f} ms = {:.2f} s, {:.1f} "
+      "TFLOP/s\n",
+      kv == DType::BF16 ? "bf16" : "f32", prompt, chunk, c.n_layers, secs * 1e3,
+      secs * c.n_layers, 4.0 * hd * heads * pairs / secs / 1e12);
+}
+
 struct Row {
   std::string budget, refused, mode = "offload";
   int64_t slots = 0;
   double used_gib = 0, decode_tps = 0, decode_bound = 0, hit_rate = 0, fetched_mb = 0,
          cpu_mb = 0;
+  double split_ms[4] = {};  // decode time split per token: attention, routing, hits, fetch
   // Per prompt: tok/s (< 0: KV does not fit), bound (0: all resident), streamed GB.
   std::vector<double> prefill_tps, prefill_bound, prefill_gb;
 };
@@ -135,7 +178,8 @@ Row run_budget(const OffloadBenchOptions& o, const Model& model, const HostExper
     const int64_t longest = i < prompts.size() ? prompts[i] : 0;
     capacity = longest + o.decode_prompt + o.decode + 8;
     MemoryRequest req = cuda_offload_request(model, host, capacity, o.chunk,
-                                             budget == "all" ? free0 : parse_size(budget));
+                                             budget == "all" ? free0 : parse_size(budget), 1,
+                                             o.kv_dtype);
     if (budget == "all") req.slots_override = all;
     try {
       plan = plan_memory(req);
@@ -150,7 +194,7 @@ Row run_budget(const OffloadBenchOptions& o, const Model& model, const HostExper
   row.slots = plan.expert_slots;
   CudaOffload off{.experts = &host, .slots = plan.expert_slots, .mode = mode};
   if (mode == MoeMode::HYBRID) off.pcie_Bps = b_pcie, off.cpu_Bps = b_cpu;
-  CudaTransformer tf(model, capacity, o.chunk, off);
+  CudaTransformer tf(model, capacity, o.chunk, off, 1, o.kv_dtype);
   tf.set_graphs(o.graphs);
   std::mt19937 rng(7);
   auto random_ids = [&](int64_t n) {
@@ -187,6 +231,11 @@ Row run_budget(const OffloadBenchOptions& o, const Model& model, const HostExper
                                : 0.0;
   row.fetched_mb = fetched / 1e6;
   row.cpu_mb = cpu_bytes / 1e6;
+  const double per = 1e3 / o.decode;  // sampled decode passes (graphs replay the rest)
+  row.split_ms[0] = (s1.t_attention - s0.t_attention) * per;
+  row.split_ms[1] = (s1.t_routing - s0.t_routing) * per;
+  row.split_ms[2] = (s1.t_hits - s0.t_hits) * per;
+  row.split_ms[3] = (s1.t_fetch - s0.t_fetch) * per;
   // Bytes one decode token reads from VRAM: attention and router of every layer, top_k experts
   // per MoE layer, the lm_head (bf16 matrices).
   const double attn = 2.0 * (2 * c.q_dim() * c.hidden + 2 * c.kv_dim() * c.hidden);
@@ -231,7 +280,8 @@ Row run_budget(const OffloadBenchOptions& o, const Model& model, const HostExper
 std::string table(const OffloadBenchOptions& o, const std::vector<Row>& rows, int64_t all) {
   std::string s =
       "| budget | mode | expert slots | VRAM used | decode tok/s | decode bound | ratio | "
-      "hit rate | fetched MB/token | CPU MB/token |\n|---|---|---|---|---|---|---|---|---|---|\n";
+      "hit rate | fetched MB/token | CPU MB/token | split ms/token attn/route/hits/fetch |\n"
+      "|---|---|---|---|---|---|---|---|---|---|---|\n";
   for (const Row& r : rows) {
     if (!r.refused.empty()) {
       s += fmt::format("| {} | {} | refused: {} |\n", r.budget, r.mode, r.refused);
@@ -239,9 +289,10 @@ std::string table(const OffloadBenchOptions& o, const std::vector<Row>& rows, in
     }
     s += fmt::format(
         "| {} | {} | {} of {} | {:.2f} GiB | {:.2f} | {:.2f} | {:.0f}% | {:.1f}% | {:.1f} | "
-        "{:.1f} |\n",
+        "{:.1f} | {:.2f}/{:.2f}/{:.2f}/{:.2f} |\n",
         r.budget, r.mode, r.slots, all, r.used_gib, r.decode_tps, r.decode_bound,
-        100 * r.decode_tps / r.decode_bound, 100 * r.hit_rate, r.fetched_mb, r.cpu_mb);
+        100 * r.decode_tps / r.decode_bound, 100 * r.hit_rate, r.fetched_mb, r.cpu_mb,
+        r.split_ms[0], r.split_ms[1], r.split_ms[2], r.split_ms[3]);
   }
   s += "\n| budget | prompt | prefill tok/s | bound (PCIe) | ratio | streamed GB |\n"
        "|---|---|---|---|---|---|\n";
@@ -298,6 +349,10 @@ void run_bench_offload(const OffloadBenchOptions& o) {
       "B_pcie (pinned H2D, 1 GiB copies) %.1f GB/s; B_vram (D2D copy, read+write) %.0f "
       "GB/s; B_cpu (expert GEMV, %d threads) %.1f GB/s; prefill chunk %lld tokens\n",
       b_pcie / 1e9, b_vram / 1e9, threads, b_cpu / 1e9, (long long)o.chunk);
+  std::string attn;
+  for (int64_t p : o.prompts)  // f32 caches (TF32 tensor-core kernel) beside bf16 (flash)
+    for (DType kv : {DType::F32, DType::BF16}) attn += attention_line(c, kv, p, o.chunk);
+  std::printf("%s", attn.c_str());
   std::vector<Row> rows;
   auto run = [&](const std::string& b, MoeMode mode) {
     Timer tr;
@@ -316,7 +371,7 @@ void run_bench_offload(const OffloadBenchOptions& o) {
     std::ofstream f(o.out);
     f << fmt::format("B_pcie {:.1f} GB/s, B_vram {:.0f} GB/s, B_cpu {:.1f} GB/s, chunk {}\n\n",
                      b_pcie / 1e9, b_vram / 1e9, b_cpu / 1e9, o.chunk)
-      << t;
+      << attn << "\n" << t;
   }
 }
 }  // namespace
@@ -340,8 +395,11 @@ void declare_bench_offload(CLI::App& cmd) {
   cmd.add_option("--out", o->out, "Also write the markdown table to this file");
   cmd.add_option("--expert-format", o->expert_format,
                  "Expert weights: bf16 or a block format (q4_k, mxfp4, q8_0, q6_k, ...)");
+  cmd.add_option("--kv", o->kv, "KV cache element type: bf16 or f32")
+      ->check(CLI::IsMember({"bf16", "f32"}));
   cmd.callback([o] {
     if (o->top_k > o->experts) fail("--top-k must not exceed --experts");
+    o->kv_dtype = o->kv == "f32" ? DType::F32 : DType::BF16;
     run_bench_offload(*o);
   });
 }

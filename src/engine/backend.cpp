@@ -25,6 +25,8 @@ void validate_backend_options(const BackendOptions& b) {
     fail("--node-rank {} is not in [0, --nnodes {})", b.node_rank, b.nnodes);
   if (b.nnodes > 1 && b.master.find(':') == std::string::npos)
     fail("--nnodes {} needs --master ADDR:PORT (node 0's address)", b.nnodes);
+  if (b.kv_dtype != "bf16" && b.kv_dtype != "f32")
+    fail("--kv-dtype must be bf16 or f32, got '{}'", b.kv_dtype);
 }
 
 GpuSeqLayout gpu_seq_layout(const EngineOptions& opt, const BackendOptions& b) {

@@ -27,6 +27,9 @@ struct BackendOptions {
   // VRAM for the prefix cache's recurrent-state snapshots (hybrid models; taken from the
   // budget before the planner splits it): as many whole snapshots as fit.
   size_t state_snapshot_vram = 0;
+  // GPU KV cache element type: bf16 (half the bytes; flash attention on tensor cores) or f32
+  // (the CPU backend's arithmetic: GPU and CPU greedy ids agree exactly).
+  std::string kv_dtype = "bf16";
 };
 
 // Flag checks that need no model or device; throws ft::Error naming the flag and the fix.

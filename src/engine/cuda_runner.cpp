@@ -11,6 +11,7 @@
 #include "base/log.h"
 #include "cache/memory_plan.h"
 #include "engine/backend.h"
+#include "engine/progress.h"
 #include "experts/bw_profile.h"
 #include "experts/gpu_expert_store.h"
 #include "model/cuda_transformer.h"
@@ -56,9 +57,10 @@ std::string expert_format(const HostExperts& h) {
 class CudaRunner : public Runner {
  public:
   CudaRunner(const Model& model, int64_t capacity, int64_t max_chunk, int max_seqs,
-             std::unique_ptr<HostExperts> host, const CudaOffload& offload, RunnerStats base)
+             std::unique_ptr<HostExperts> host, const CudaOffload& offload, RunnerStats base,
+             DType kv_dtype)
       : model_(model), host_(std::move(host)),
-        tf_(model, capacity, max_chunk, with_host(offload, host_.get()), max_seqs),
+        tf_(model, capacity, max_chunk, with_host(offload, host_.get()), max_seqs, kv_dtype),
         base_(std::move(base)) {}
 
   int max_seqs() const override { return tf_.max_seqs(); }
@@ -229,6 +231,7 @@ std::unique_ptr<Runner> make_runner(const Model& model, EngineOptions& opt,
   if (b.tensor_parallel > 1 || b.nnodes > 1) return make_tp_runner(model, opt, b);
   const MoeBackend requested = parse_moe_backend(b.moe_backend);
   const bool cuda = cuda::device_count() > 0;
+  const DType kv_dtype = b.kv_dtype == "f32" ? DType::F32 : DType::BF16;  // the GPU KV cache
   if (requested == MoeBackend::CPU || (requested == MoeBackend::AUTO && !cuda)) {
     FT_LOG_INFO("moe backend: cpu ({})",
                 requested == MoeBackend::CPU ? "requested" : "auto: no CUDA device");
@@ -254,7 +257,7 @@ std::unique_ptr<Runner> make_runner(const Model& model, EngineOptions& opt,
   const GpuSeqLayout layout = gpu_seq_layout(opt, b);
   const HostExperts shape = HostExperts::shape_of(model);
   MemoryRequest req =
-      cuda_offload_request(model, shape, layout.ctx, opt.chunk, budget, layout.seqs);
+      cuda_offload_request(model, shape, layout.ctx, opt.chunk, budget, layout.seqs, kv_dtype);
   const int64_t all = shape.moe_layers * shape.n_experts;
   MemoryRequest all_req = req;  // fused: every expert resident
   all_req.slots_override = all;
@@ -297,7 +300,11 @@ std::unique_ptr<Runner> make_runner(const Model& model, EngineOptions& opt,
   if (!fused) {
     FT_LOG_INFO("copying {} of experts into pinned host memory",
                 gib(static_cast<size_t>(all) * shape.expert_bytes()));
-    host = std::make_unique<HostExperts>(HostExperts::copy_of(model));
+    std::unique_ptr<ProgressBar> bar;  // ~58 GB for Qwen3-30B-A3B: a bar on stderr
+    host = std::make_unique<HostExperts>(HostExperts::copy_of(model, [&](size_t d, size_t t) {
+      if (!bar) bar = std::make_unique<ProgressBar>("pinning experts", t);
+      bar->update(d);
+    }));
     offload.slots = plan.expert_slots;
     if (choice.backend == MoeBackend::HYBRID) {
       offload.mode = MoeMode::HYBRID;
@@ -313,7 +320,7 @@ std::unique_ptr<Runner> make_runner(const Model& model, EngineOptions& opt,
     }
   }
   auto runner = std::make_unique<CudaRunner>(model, layout.ctx, opt.chunk, layout.seqs,
-                                             std::move(host), offload, base);
+                                             std::move(host), offload, base, kv_dtype);
   if (snap_slots > 0) {
     runner->set_state_slots(snap_slots);
     FT_LOG_INFO("prefix cache: {} recurrent-state snapshots in VRAM ({})", snap_slots,

@@ -44,8 +44,12 @@ HostExperts HostExperts::shape_of(const Model& model) {
   return h;
 }
 
-HostExperts HostExperts::copy_of(const Model& model) {
+HostExperts HostExperts::copy_of(const Model& model,
+                                 const std::function<void(size_t, size_t)>& progress) {
   const ModelConfig& c = model.config();
+  const HostExperts shape = shape_of(model);  // progress: bytes of every MoE layer, per layer
+  const size_t total = shape.moe_layers * shape.n_experts * shape.expert_bytes();
+  size_t done = 0;
   HostExperts h;
   h.n_layers = c.n_layers;
   h.n_experts = c.n_experts;
@@ -79,6 +83,8 @@ HostExperts HostExperts::copy_of(const Model& model) {
         std::memcpy(base + k * h.matrix_bytes() + e * each, m[k]->data, each);
       }
     }
+    done += 3 * h.matrix_bytes();
+    if (progress) progress(done, total);
   }
   return h;
 }

@@ -4,6 +4,7 @@
 // built into ft_cuda_model only.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "backend/cuda/cuda_ops.h"
@@ -17,7 +18,9 @@ namespace ft {
 class HostExperts {
  public:
   // A pinned copy of the model's routed experts (any dtype, all experts of one dtype/shape).
-  static HostExperts copy_of(const Model& model);
+  // progress(done, total): bytes copied so far, after each layer (a start-up progress bar).
+  static HostExperts copy_of(const Model& model,
+                             const std::function<void(size_t done, size_t total)>& progress = {});
   // The routed experts' shape (layers, count, widths, dtype) with no memory: what the planner
   // needs before anything is pinned.
   static HostExperts shape_of(const Model& model);

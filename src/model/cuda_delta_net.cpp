@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "base/error.h"
+#include "base/half.h"
 #include "model/cuda_transformer.h"
 
 namespace ft {
@@ -258,11 +259,18 @@ void CudaTransformer::read_kv(int seq, int64_t pos0, int64_t n, float* k, float*
            "read_kv: sequence {} positions [{}, {})", seq, pos0, pos0 + n);
   if (n == 0) return;
   cuda::StreamScope scope(stream_);
-  const int64_t kvd = c_.kv_dim();
+  const int64_t kvd = c_.kv_dim(), es = static_cast<int64_t>(kv_elem_bytes());
+  std::vector<uint16_t> h(kv_dtype_ == DType::BF16 ? n * kvd : 0);  // bf16 staging
+  auto down = [&](float* dst, const void* cache) {
+    const char* src = static_cast<const char*>(cache) + pos0 * kvd * es;
+    if (h.empty()) return cuda::copy_to_host(dst, src, n * kvd * sizeof(float));
+    cuda::copy_to_host(h.data(), src, n * kvd * sizeof(uint16_t));
+    for (int64_t i = 0; i < n * kvd; ++i) dst[i] = bf16_to_f32(h[i]);
+  };
   for (int64_t l = 0, a = 0; l < c_.n_layers; ++l) {
     if (c_.is_delta(l)) continue;
-    cuda::copy_to_host(k + a * n * kvd, k_cache(seq, l) + pos0 * kvd, n * kvd * sizeof(float));
-    cuda::copy_to_host(v + a * n * kvd, v_cache(seq, l) + pos0 * kvd, n * kvd * sizeof(float));
+    down(k + a * n * kvd, k_cache(seq, l));
+    down(v + a * n * kvd, v_cache(seq, l));
     ++a;
   }
 }
@@ -272,11 +280,18 @@ void CudaTransformer::write_kv(int seq, int64_t pos0, int64_t n, const float* k,
            "write_kv: sequence {} positions [{}, {})", seq, pos0, pos0 + n);
   if (n == 0) return;
   cuda::StreamScope scope(stream_);
-  const int64_t kvd = c_.kv_dim();
+  const int64_t kvd = c_.kv_dim(), es = static_cast<int64_t>(kv_elem_bytes());
+  std::vector<uint16_t> h(kv_dtype_ == DType::BF16 ? n * kvd : 0);  // bf16 staging
+  auto up = [&](void* cache, const float* src) {
+    char* dst = static_cast<char*>(cache) + pos0 * kvd * es;
+    if (h.empty()) return cuda::copy_to_device(dst, src, n * kvd * sizeof(float));
+    for (int64_t i = 0; i < n * kvd; ++i) h[i] = f32_to_bf16(src[i]);
+    cuda::copy_to_device(dst, h.data(), n * kvd * sizeof(uint16_t));  // synchronous: h reused
+  };
   for (int64_t l = 0, a = 0; l < c_.n_layers; ++l) {
     if (c_.is_delta(l)) continue;
-    cuda::copy_to_device(k_cache(seq, l) + pos0 * kvd, k + a * n * kvd, n * kvd * sizeof(float));
-    cuda::copy_to_device(v_cache(seq, l) + pos0 * kvd, v + a * n * kvd, n * kvd * sizeof(float));
+    up(k_cache(seq, l), k + a * n * kvd);
+    up(v_cache(seq, l), v + a * n * kvd);
     ++a;
   }
   cuda::stream_synchronize();

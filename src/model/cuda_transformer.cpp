@@ -54,7 +54,8 @@ size_t resident_bytes(const ModelWeights& w) {
 }  // namespace
 
 MemoryRequest cuda_offload_request(const Model& model, const HostExperts& experts, int64_t capacity,
-                                   int64_t max_chunk, size_t budget, int max_seqs) {
+                                   int64_t max_chunk, size_t budget, int max_seqs,
+                                   DType kv_dtype) {
   const ModelConfig& c = model.config();
   const int64_t T = max_chunk, H = c.hidden, I = experts.inter, k = c.top_k, f = 4;
   const int64_t widest = std::max({H, c.q_dim(), c.ffn_dim, I});
@@ -68,6 +69,11 @@ MemoryRequest cuda_offload_request(const Model& model, const HostExperts& expert
   scratch +=
       f * cuda::k_gemv_max_tokens * k * (2 * H + 2 * I) + 4 * experts.moe_layers * c.n_experts;
   scratch += f * capacity * rot;  // cos/sin
+  const size_t kv_f = kv_dtype == DType::BF16 ? 2 : 4;
+  if (kv_dtype == DType::BF16)  // flash-decoding workspace (model/cuda_transformer_kv.cpp)
+    scratch += f * cuda::attention_split_floats(cuda::k_gemv_max_tokens, c.n_heads, c.head_dim,
+                                                (capacity + cuda::k_attention_split_keys - 1) /
+                                                    cuda::k_attention_split_keys);
   scratch += hybrid_scratch_bytes(c, T, max_seqs);
   // Device expert-cache state (per expert id: slot + recency; per slot: id + usage).
   scratch += 24 * c.n_layers * c.n_experts + 12 * experts.moe_layers * c.n_experts;
@@ -77,7 +83,7 @@ MemoryRequest cuda_offload_request(const Model& model, const HostExperts& expert
   return {.budget = budget,
           .resident_weights = resident_bytes(model.weights()),
           .scratch = scratch,
-          .kv_bytes_per_token = static_cast<size_t>(2 * attention_layers(c) * c.kv_dim() * f),
+          .kv_bytes_per_token = static_cast<size_t>(2 * attention_layers(c) * c.kv_dim()) * kv_f,
           .kv_reserve_tokens = capacity * std::max(1, max_seqs),
           .expert_bytes = experts.expert_bytes(),
           .moe_layers = experts.moe_layers,
@@ -136,8 +142,9 @@ struct CudaTransformer::Hybrid {
 CudaTransformer::~CudaTransformer() = default;
 
 CudaTransformer::CudaTransformer(const Model& model, int64_t capacity, int64_t max_chunk,
-                                 const CudaOffload& offload, int max_seqs)
-    : model_(model),
+                                 const CudaOffload& offload, int max_seqs, DType kv_dtype)
+    : kv_dtype_(kv_dtype),
+      model_(model),
       c_(model.config()),
       capacity_(capacity),
       max_chunk_(max_chunk),
@@ -203,9 +210,12 @@ CudaTransformer::CudaTransformer(const Model& model, int64_t capacity, int64_t m
     }
   }
   alloc_hybrid(T);
+  FT_CHECK(kv_dtype == DType::F32 || kv_dtype == DType::BF16, "KV cache dtype {}",
+           dtype_name(kv_dtype));
   seq_stride_ = attention_layers(c_) * capacity * kvd;
-  kv_k_ = floats(max_seqs * seq_stride_);
-  kv_v_ = floats(max_seqs * seq_stride_);
+  kv_k_ = cuda::DeviceBuffer(max_seqs * seq_stride_ * kv_elem_bytes());
+  kv_v_ = cuda::DeviceBuffer(max_seqs * seq_stride_ * kv_elem_bytes());
+  alloc_attention_split();
   std::vector<float> cs, sn;
   rope_tables(rope_, capacity, cs, sn);
   cos_ = floats(static_cast<int64_t>(cs.size()));
@@ -299,13 +309,6 @@ cuda::DeviceExperts CudaTransformer::upload_experts(const std::vector<ExpertWeig
   return d;
 }
 
-float* CudaTransformer::k_cache(int64_t seq, int64_t l) const {
-  return kv_k_.as<float>() + seq * seq_stride_ + kv_slot_[l] * capacity_ * c_.kv_dim();
-}
-float* CudaTransformer::v_cache(int64_t seq, int64_t l) const {
-  return kv_v_.as<float>() + seq * seq_stride_ + kv_slot_[l] * capacity_ * c_.kv_dim();
-}
-
 CudaRuntimeStats CudaTransformer::runtime_stats() const {
   CudaRuntimeStats s = rt_;
   if (store_) {
@@ -388,7 +391,9 @@ void CudaTransformer::pass(std::span<const CudaSeqStep> steps, int64_t n, float*
   float* xn = xn_.as<float>();
   float* lg = logits_.as<float>();
   if (n <= cuda::k_gemv_max_tokens) {
-    if (graphs_on_ && capturable_) {
+    // A sampled pass runs eagerly with the time-split events (graph replays time nothing).
+    const bool timed = sampler_.next();
+    if (graphs_on_ && capturable_ && !timed) {
       auto& g = graphs_[n];
       if (!g) {  // kept only once instantiated: a pass that throws leaves no half graph
         auto fresh = std::make_unique<cuda::Graph>();
@@ -400,6 +405,7 @@ void CudaTransformer::pass(std::span<const CudaSeqStep> steps, int64_t n, float*
       }
       g->launch();
     } else {
+      timing_begin(timed ? sampler_.weight() : 0);
       run_layers(steps, n);
       all_logits(n);
     }
@@ -411,9 +417,12 @@ void CudaTransformer::pass(std::span<const CudaSeqStep> steps, int64_t n, float*
       off += s.n;
       if (s.logits) std::memcpy(s.logits, host + (off - 1) * V, V * sizeof(float));
     }
+    timing_end();
     return;
   }
+  timing_begin(1);  // prefill: every pass timed
   run_layers(steps, n);
+  timing_end();
   if (logits_all) {
     cuda::rmsnorm(x, n, H, final_norm_, c_.rms_eps, xn);
     for (int64_t r = 0; r < n; r += logit_rows_) {
@@ -449,6 +458,7 @@ void CudaTransformer::run_layers(std::span<const CudaSeqStep> steps, int64_t n) 
     store_->stream_begin(order);
   }
   for (int64_t l = 0; l < c_.n_layers; ++l) {
+    mark(StepPhase::ATTENTION);  // the token mixer: attention or DeltaNet
     if (c_.is_delta(l))
       delta_net_block(l, n);
     else
@@ -509,7 +519,8 @@ void CudaTransformer::attention_block(int64_t l, std::span<const CudaSeqStep> st
                        .seq = seq_.as<int32_t>(),
                        .seq_stride = seq_stride_,
                        .k_cache = k_cache(0, l),
-                       .v_cache = v_cache(0, l)});
+                       .v_cache = v_cache(0, l),
+                       .kv_dtype = kv_dtype_});
   const float scale = 1.f / std::sqrt(static_cast<float>(hd));
   if (small) {
     cuda::attention({.q = q,
@@ -525,7 +536,9 @@ void CudaTransformer::attention_block(int64_t l, std::span<const CudaSeqStep> st
                      .kernel = cuda::AttentionKernel::PER_TOKEN,
                      .pos = pos_.as<int32_t>(),
                      .seq = seq_.as<int32_t>(),
-                     .seq_stride = seq_stride_});
+                     .seq_stride = seq_stride_,
+                     .kv_dtype = kv_dtype_,
+                     .split = attention_split()});
     if (qg) cuda::attn_output_gate(att, qg, n, c_.n_heads, hd);
     tp_zero_residual(n);  // tensor parallel: ranks > 0 add only their partial
     const cuda::GemvOut o{.w = L.o, .y = x, .bias = L.o_bias, .accumulate = true};
@@ -543,7 +556,8 @@ void CudaTransformer::attention_block(int64_t l, std::span<const CudaSeqStep> st
                      .n_kv_heads = c_.n_kv_heads,
                      .head_dim = hd,
                      .scale = scale,
-                     .out = att + off * qd});
+                     .out = att + off * qd,
+                     .kv_dtype = kv_dtype_});
     off += s.n;
   }
   if (qg) cuda::attn_output_gate(att, qg, n, c_.n_heads, hd);
@@ -558,6 +572,7 @@ void CudaTransformer::ffn_block(int64_t l, int64_t n) {
   float *x = x_.as<float>(), *xn = xn_.as<float>(), *tmp = tmp_.as<float>();
   float *g = gate_.as<float>(), *u = up_.as<float>();
   const bool moe = c_.layer_is_moe[l];
+  mark(moe ? StepPhase::ROUTING : StepPhase::HITS);  // a dense FFN counts as expert compute
   if (n <= cuda::k_gemv_max_tokens) {  // FFN norm fused into the router / gate+up GEMVs
     const cuda::GemvNorm norm{.w = L.ffn_norm, .eps = c_.rms_eps, .x_out = xn};
     if (moe) {
@@ -612,17 +627,25 @@ void CudaTransformer::moe_block(int64_t l, int64_t n, bool routed) {
                   .out = x_.as<float>(),
                   .accumulate = true};
   if (!store_) {
+    mark(StepPhase::HITS);
     cuda::moe_experts(*blas_, L.experts, a, *moe_);
   } else if (store_->all_resident()) {
+    mark(StepPhase::HITS);
     cuda::moe_experts(*blas_, store_->resident(l), a, *moe_);
   } else if (streaming_) {
-    cuda::moe_experts(*blas_, store_->stream_acquire(l), a, *moe_);
+    mark(StepPhase::FETCH);  // waiting for the layer's streamed copy
+    const cuda::DeviceExperts layer = store_->stream_acquire(l);
+    mark(StepPhase::HITS);
+    cuda::moe_experts(*blas_, layer, a, *moe_);
     store_->stream_release(l);
   } else if (store_->device_cache()) {
+    mark(StepPhase::FETCH);  // device bookkeeping and miss copies
     store_->ensure_device(l, ids, n * c_.top_k, slot_ids_.as<int32_t>());
+    mark(StepPhase::HITS);
     a.ids = slot_ids_.as<int32_t>();
     cuda::moe_experts(*blas_, store_->pool(), a, *moe_pool_);
   } else {
+    mark(StepPhase::OTHER);  // host bookkeeping and the CPU share: host-timed t_fetch / t_cpu
     moe_hybrid(l, n, a);
   }
 }
@@ -692,7 +715,9 @@ void CudaTransformer::moe_hybrid(int64_t l, int64_t n, cuda::MoeArgs a) {
   }
   cuda::copy_to_device(slot_ids_.data(), host_slots_.data(), count * sizeof(int32_t));
   a.ids = slot_ids_.as<int32_t>();
+  mark(StepPhase::HITS);
   cuda::moe_experts(*blas_, store_->pool(), a, *moe_pool_);
+  mark(StepPhase::OTHER);
   if (m > 0) {
     hy.wait();
     cuda::copy_to_device(tmp_.data(), hy.out.data(), n * H * sizeof(float));

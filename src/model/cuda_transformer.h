@@ -14,6 +14,7 @@
 #include "cache/memory_plan.h"
 #include "model/model.h"
 #include "model/rope.h"
+#include "model/step_split.h"
 
 namespace ft {
 
@@ -54,9 +55,11 @@ struct CudaSeqStep {
   float* logits;
 };
 
-// Cumulative runtime counters. Timings in seconds, best effort: measured on the host where the
-// pass is not graph-captured (t_cpu: HYBRID CPU expert time; t_fetch: host-side fetch
-// bookkeeping), 0 where the GPU runs a captured graph.
+// Cumulative runtime counters. Timings in seconds, best effort: t_attention / t_routing /
+// t_hits / t_fetch are GPU times between timing events at phase boundaries of every prefill
+// pass and of a sample of decode passes (model/step_split.h: graph replays time nothing, so one
+// decode pass in split_every runs eagerly with the events and counts for split_every); HYBRID
+// adds host-measured t_fetch (bookkeeping) and t_cpu (CPU expert time).
 struct CudaRuntimeStats {
   int64_t steps = 0, hits = 0, misses = 0, fetched_experts = 0, cpu_experts = 0;
   size_t fetched_bytes = 0, streamed_bytes = 0;
@@ -68,8 +71,10 @@ struct CudaRuntimeStats {
 // activations, workspaces and rope tables, KV for max_seqs sequences of `capacity` tokens.
 // plan_memory(request).expert_slots is the slot count for the budget; it throws ft::Error with
 // the numbers when the budget cannot work.
+// kv_dtype: the KV cache's element type, as the transformer's.
 MemoryRequest cuda_offload_request(const Model& model, const HostExperts& experts, int64_t capacity,
-                                   int64_t max_chunk, size_t budget, int max_seqs = 1);
+                                   int64_t max_chunk, size_t budget, int max_seqs = 1,
+                                   DType kv_dtype = DType::F32);
 
 // Hybrid models' terms of that request (model/cuda_delta_net.cpp): a layer's DeltaNet and
 // shared-expert weight bytes, the recurrent state of max_seqs sequences plus the DeltaNet and
@@ -88,9 +93,12 @@ class CudaTransformer {
  public:
   // capacity: positions each sequence's KV cache holds; max_chunk: most tokens per pass
   // (longer inputs are chunked); max_seqs: sequences with a KV cache (ids 0..max_seqs-1).
-  // Uploads the weights and allocates everything here, once.
+  // Uploads the weights and allocates everything here, once. kv_dtype: the KV cache's element
+  // type, F32 (the CPU reference's arithmetic) or BF16 (half the bytes; serving and the benches:
+  // flash prefill on tensor cores, flash-decoding split over long contexts).
   CudaTransformer(const Model& model, int64_t capacity, int64_t max_chunk = 256,
-                  const CudaOffload& offload = {}, int max_seqs = 1);
+                  const CudaOffload& offload = {}, int max_seqs = 1,
+                  DType kv_dtype = DType::F32);
   ~CudaTransformer();
 
   // Transformer::forward's contract on sequence 0: runs ids[0..n) at positions pos0.. (the
@@ -107,6 +115,8 @@ class CudaTransformer {
   CudaRuntimeStats runtime_stats() const;
   // Decode-sized passes replay captured CUDA graphs (default on); off: every op is launched.
   void set_graphs(bool on) { graphs_on_ = on; }
+  // One decode-sized pass in `every` runs eagerly with the time-split events (0: never).
+  void set_split_every(int every) { sampler_.set_every(every); }
 
   int64_t capacity() const { return capacity_; }
   int64_t max_chunk() const { return max_chunk_; }
@@ -123,6 +133,7 @@ class CudaTransformer {
   void resize_expert_slots(int64_t slots);
   void resize_kv(int64_t capacity, const std::vector<bool>& open);
   size_t kv_token_bytes() const;  // KV bytes of one token of one sequence
+  DType kv_dtype() const { return kv_dtype_; }
   int64_t kv_layers() const;      // layers with a KV cache
 
   // Tensor parallelism (parallel/cuda/cuda_transformer_tp.cpp): the model is one rank's
@@ -179,8 +190,25 @@ class CudaTransformer {
   // Final norm + lm_head of every token (small passes) into logits_.
   void all_logits(int64_t n);
   void pass(std::span<const CudaSeqStep> steps, int64_t n, float* logits_all);
-  float* k_cache(int64_t seq, int64_t layer) const;
-  float* v_cache(int64_t seq, int64_t layer) const;
+  // KV cache of (seq, layer) as kv_dtype_ elements (model/cuda_transformer_kv.cpp).
+  void* k_cache(int64_t seq, int64_t layer) const;
+  void* v_cache(int64_t seq, int64_t layer) const;
+  size_t kv_elem_bytes() const;
+  // BF16 KV: the flash-decoding workspace for capacity_ (graph-stable; rebuilt by resize_kv).
+  void alloc_attention_split();
+  cuda::AttentionSplit attention_split() const;
+  DType kv_dtype_ = DType::F32;
+  cuda::DeviceBuffer split_partial_, split_counters_;
+  int64_t max_splits_ = 0;
+  // Per-step time split (model/cuda_transformer_timing.cpp): a timed pass records an event at
+  // each phase boundary (mark is a no-op otherwise); timing_end waits and adds into rt_.
+  void timing_begin(double weight);
+  void mark(StepPhase phase);
+  void timing_end();
+  StepSampler sampler_;
+  std::vector<std::unique_ptr<cuda::TimingEvent>> mark_events_;
+  std::vector<StepPhase> marks_;
+  double timing_weight_ = 0;  // 0: this pass is not timed
   // Hybrid pieces (model/cuda_delta_net.cpp): DeltaNet and shared-expert weights of a layer.
   struct HybridLayer {
     cuda::DeviceMatrix qkv, z, b, a, out;  // DeltaNet layers
@@ -218,7 +246,7 @@ class CudaTransformer {
   bool streaming_ = false;
   std::vector<int32_t> host_ids_, host_slots_;  // decode: routed ids and their slots
   cuda::DeviceBuffer kv_k_, kv_v_;              // [max_seqs, n_layers, capacity, kv_dim]
-  int64_t seq_stride_ = 0;                      // floats per sequence in kv_k_ / kv_v_
+  int64_t seq_stride_ = 0;                      // elements per sequence in kv_k_ / kv_v_
   // Per-pass token metadata: ids_, pos_, seq_ on the device, staged through pinned memory.
   cuda::DeviceBuffer pos_, seq_;
   cuda::PinnedBuffer staging_;  // [3, max_chunk] i32: ids, pos, seq

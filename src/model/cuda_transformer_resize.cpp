@@ -81,7 +81,7 @@ void CudaTransformer::resize_expert_slots(int64_t slots) {
 int64_t CudaTransformer::kv_layers() const { return seq_stride_ / (capacity_ * c_.kv_dim()); }
 
 size_t CudaTransformer::kv_token_bytes() const {
-  return static_cast<size_t>(2 * kv_layers() * c_.kv_dim()) * sizeof(float);
+  return static_cast<size_t>(2 * kv_layers() * c_.kv_dim()) * kv_elem_bytes();
 }
 
 void CudaTransformer::resize_kv(int64_t capacity, const std::vector<bool>& open) {
@@ -92,7 +92,8 @@ void CudaTransformer::resize_kv(int64_t capacity, const std::vector<bool>& open)
   cuda::synchronize();
   const int64_t kvd = c_.kv_dim(), n_attn = kv_layers(), stride = n_attn * capacity * kvd;
   // Allocate everything first: an OutOfMemory here leaves the old cache in place.
-  cuda::DeviceBuffer k = device_floats(max_seqs_ * stride), v = device_floats(max_seqs_ * stride);
+  const size_t es = kv_elem_bytes();
+  cuda::DeviceBuffer k(max_seqs_ * stride * es), v(max_seqs_ * stride * es);
   std::vector<float> cs, sn;
   rope_tables(rope_, capacity, cs, sn);
   cuda::DeviceBuffer cos = device_floats(static_cast<int64_t>(cs.size()));
@@ -104,10 +105,8 @@ void CudaTransformer::resize_kv(int64_t capacity, const std::vector<bool>& open)
     if (!open[s]) continue;
     for (int64_t a = 0; a < n_attn; ++a) {  // attention slots: [seq][slot][pos][kv_dim]
       const int64_t to = s * stride + a * capacity * kvd, from = s * seq_stride_ + a * capacity_ * kvd;
-      cuda::copy_on_device(k.as<float>() + to, kv_k_.as<float>() + from,
-                           keep * kvd * sizeof(float));
-      cuda::copy_on_device(v.as<float>() + to, kv_v_.as<float>() + from,
-                           keep * kvd * sizeof(float));
+      cuda::copy_on_device(k.as<char>() + to * es, kv_k_.as<char>() + from * es, keep * kvd * es);
+      cuda::copy_on_device(v.as<char>() + to * es, kv_v_.as<char>() + from * es, keep * kvd * es);
     }
   }
   cuda::stream_synchronize();
@@ -117,6 +116,7 @@ void CudaTransformer::resize_kv(int64_t capacity, const std::vector<bool>& open)
   sin_ = std::move(sin);
   seq_stride_ = stride;
   capacity_ = capacity;
+  alloc_attention_split();  // BF16: the flash-decoding grid covers the new capacity
   for (auto& g : graphs_) g.reset();
 }
 

@@ -70,6 +70,10 @@ std::string quant_bandwidth();
 
 // Prefill attention timing, per-token vs tiled kernel (one line each).
 std::string attention_benchmark();
+// BF16 KV cache attention (flash prefill, flash-decoding), the bf16 cache store and
+// HostExperts::copy_of's progress (attention_checks.cpp); the flash vs TF32 prefill timing.
+std::vector<Check> attention_checks();
+std::string flash_attention_benchmark();
 
 // Decode tokens/s of CudaTransformer on a fixture after a prompt prefill (n_tokens steps).
 double decode_tokens_per_s(const std::string& fixture_dir, int n_tokens);

@@ -33,6 +33,7 @@ INSTANTIATE_TEST_SUITE_P(Quant, CudaCheck, ::testing::ValuesIn(quant_checks(FT_F
                          name_of);
 INSTANTIATE_TEST_SUITE_P(Elastic, CudaCheck, ::testing::ValuesIn(elastic_checks(FT_FIXTURES)),
                          name_of);
+INSTANTIATE_TEST_SUITE_P(Attention, CudaCheck, ::testing::ValuesIn(attention_checks()), name_of);
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaCheck, ::testing::ValuesIn(model_checks(FT_FIXTURES)),
                          name_of);
 

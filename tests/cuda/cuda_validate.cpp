@@ -27,6 +27,7 @@ int main(int argc, char** argv) {
   for (auto& c : model_checks(fixtures)) checks.push_back(c);
   for (auto& c : quant_checks(fixtures)) checks.push_back(c);
   for (auto& c : elastic_checks(fixtures)) checks.push_back(c);
+  for (auto& c : attention_checks()) checks.push_back(c);
   for (const Check& c : checks) {
     if (c.name.find(filter) == std::string::npos) continue;
     const auto t0 = std::chrono::steady_clock::now();
@@ -54,6 +55,8 @@ int main(int argc, char** argv) {
     }
   }
   if (decode_tokens > 0) std::printf("%s", attention_benchmark().c_str());
+  if (decode_tokens > 0 || filter.rfind("attention", 0) == 0)
+    std::printf("%s", flash_attention_benchmark().c_str());
   if (decode_tokens > 0 || filter.rfind("quant", 0) == 0)
     std::printf("%s", quant_bandwidth().c_str());
   if (decode_tokens > 0) std::printf("%s", hybrid_benchmark().c_str());

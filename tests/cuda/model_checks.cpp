@@ -47,8 +47,13 @@ int32_t argmax(const float* v, int64_t n) {
   return static_cast<int32_t>(std::max_element(v, v + n) - v);
 }
 
-// max|got - ref| <= 1e-3 * max|ref| over one row; the message names the row and the worst.
-std::string row_close(const float* got, const float* ref, int64_t n, const std::string& what) {
+// max|got - ref| <= tol * max|ref| over one row; the message names the row and the worst.
+// 1e-3 with f32 KV; a bf16 KV cache (keys and values rounded to 8 bits of mantissa) moves the
+// tiny fixtures' logits by up to ~1.9e-2 of their range (mixtral, measured on an H200, the
+// same from the flash prefill and the decode kernel): k_bf16_tol.
+constexpr float k_bf16_tol = 2.5e-2f;
+std::string row_close(const float* got, const float* ref, int64_t n, const std::string& what,
+                      float tol = 1e-3f) {
   float max_ref = 0, max_d = 0;
   int64_t at = 0;
   for (int64_t i = 0; i < n; ++i) {
@@ -56,9 +61,9 @@ std::string row_close(const float* got, const float* ref, int64_t n, const std::
     const float d = std::fabs(got[i] - ref[i]);
     if (!(d <= max_d)) max_d = d, at = i;
   }
-  if (max_d <= 1e-3f * max_ref) return "";
+  if (max_d <= tol * max_ref) return "";
   return fmt::format("{}: max|d| {} at {} (got {}, ref {}, bound {})\n", what, max_d, at, got[at],
-                     ref[at], 1e-3f * max_ref);
+                     ref[at], tol * max_ref);
 }
 
 // Expert slots of an offload check: 0 = resident (no offload), else one layer (MIN), two
@@ -91,9 +96,9 @@ struct Runner {
   std::unique_ptr<HostExperts> host;
   std::unique_ptr<CudaTransformer> tf;
   Runner(const Model& m, int64_t capacity, int64_t chunk, Slots s,
-         MoeMode mode = MoeMode::OFFLOAD, int max_seqs = 1) {
+         MoeMode mode = MoeMode::OFFLOAD, int max_seqs = 1, DType kv = DType::F32) {
     if (s == Slots::RESIDENT) {
-      tf = std::make_unique<CudaTransformer>(m, capacity, chunk, CudaOffload{}, max_seqs);
+      tf = std::make_unique<CudaTransformer>(m, capacity, chunk, CudaOffload{}, max_seqs, kv);
       return;
     }
     host = std::make_unique<HostExperts>(HostExperts::copy_of(m));
@@ -104,45 +109,56 @@ struct Runner {
                                                        .pcie_Bps = 1e9,
                                                        .cpu_Bps = 1e9,
                                                        .cpu_threads = 2},
-                                           max_seqs);
+                                           max_seqs, kv);
   }
 };
 
 // Prefill in one pass (max_chunk >= T) or in chunks of `chunk`: logits at every position.
-std::string prefill(const std::string& dir, int64_t chunk, Slots slots = Slots::RESIDENT) {
+std::string prefill(const std::string& dir, int64_t chunk, Slots slots = Slots::RESIDENT,
+                    DType kv = DType::F32) {
   Reference r = load(dir);
   const int64_t T = static_cast<int64_t>(r.prompt.size()), V = r.model->config().vocab_size;
-  Runner run(*r.model, T, chunk, slots);
+  const float tol = kv == DType::BF16 ? k_bf16_tol : 1e-3f;
+  Runner run(*r.model, T, chunk, slots, MoeMode::OFFLOAD, 1, kv);
   CudaTransformer& tf = *run.tf;
   std::vector<float> logits(T * V);
   tf.forward(r.prompt.data(), T, 0, logits.data(), true);
   std::string err;
   for (int64_t t = 0; t < T; ++t)
     err += row_close(logits.data() + t * V, r.prefill + t * V, V,
-                     fmt::format("chunk {} prefill position {}", chunk, t));
+                     fmt::format("chunk {} prefill position {}", chunk, t), tol);
   return err;
 }
 
-// Token by token through the prompt, then the greedy continuation.
+// Token by token through the prompt, then the greedy continuation. BF16 KV: capacity `cap`
+// (> k_attention_split_keys: the flash-decoding grid is captured), and a greedy id may differ
+// where the reference's top two are within the tolerance (the continuation stops there).
 std::string decode(const std::string& dir, Slots slots = Slots::RESIDENT, bool graphs = true,
-                   MoeMode mode = MoeMode::OFFLOAD) {
+                   MoeMode mode = MoeMode::OFFLOAD, DType kv = DType::F32, int64_t cap = 0) {
   Reference r = load(dir);
   const int64_t T = static_cast<int64_t>(r.prompt.size()), V = r.model->config().vocab_size;
   const int64_t N = static_cast<int64_t>(r.greedy.size());
-  Runner run(*r.model, T + N, 64, slots, mode);
+  const float tol = kv == DType::BF16 ? k_bf16_tol : 1e-3f;
+  Runner run(*r.model, std::max(cap, T + N), 64, slots, mode, 1, kv);
   CudaTransformer& tf = *run.tf;
   tf.set_graphs(graphs);
   std::vector<float> logits(V);
   std::string err;
   for (int64_t t = 0; t < T; ++t) {
     tf.forward(&r.prompt[t], 1, t, logits.data(), false);
-    err += row_close(logits.data(), r.prefill + t * V, V, fmt::format("decode position {}", t));
+    err += row_close(logits.data(), r.prefill + t * V, V, fmt::format("decode position {}", t),
+                     tol);
   }
   for (int64_t i = 0; i < N; ++i) {
-    err += row_close(logits.data(), r.decode + i * V, V, fmt::format("greedy step {}", i));
+    const float* ref = r.decode + i * V;
+    err += row_close(logits.data(), ref, V, fmt::format("greedy step {}", i), tol);
     int32_t next = argmax(logits.data(), V);
-    if (next != r.greedy[i])
+    if (next != r.greedy[i]) {
+      float max_ref = 0;
+      for (int64_t j = 0; j < V; ++j) max_ref = std::max(max_ref, std::fabs(ref[j]));
+      if (kv == DType::BF16 && ref[r.greedy[i]] - ref[next] <= tol * max_ref) break;  // a tie
       return err + fmt::format("greedy step {}: id {} != reference {}\n", i, next, r.greedy[i]);
+    }
     if (i + 1 < N) tf.forward(&next, 1, T + i, logits.data(), false);
   }
   if (mode == MoeMode::HYBRID && slots == Slots::MIN && tf.runtime_stats().cpu_experts == 0)
@@ -228,6 +244,14 @@ std::vector<Check> model_checks(const std::string& fixtures_dir) {
       out.push_back({f + "/offload_" + name + "/hybrid_decode_greedy",
                      [dir, s] { return decode(dir, s, false, MoeMode::HYBRID); }});
     out.push_back({f + "/batch", [dir] { return batch(dir, Slots::RESIDENT); }});
+    // BF16 KV cache (serving's): flash prefill / flash-decoding kernels, looser tolerance.
+    const DType bf = DType::BF16;
+    out.push_back({f + "/bf16_kv/prefill", [=] { return prefill(dir, 64, Slots::RESIDENT, bf); }});
+    out.push_back({f + "/bf16_kv/prefill_chunked", [=] { return prefill(dir, 7, Slots::MIN, bf); }});
+    out.push_back({f + "/bf16_kv/decode_greedy",
+                   [=] { return decode(dir, Slots::RESIDENT, true, MoeMode::OFFLOAD, bf, 2000); }});
+    out.push_back({f + "/bf16_kv/offload_min/decode_greedy_eager",
+                   [=] { return decode(dir, Slots::MIN, false, MoeMode::OFFLOAD, bf); }});
     out.push_back({f + "/offload_min/batch", [dir] { return batch(dir, Slots::MIN); }});
     out.push_back({f + "/offload_min/hybrid_batch",
                    [dir] { return batch(dir, Slots::MIN, MoeMode::HYBRID); }});

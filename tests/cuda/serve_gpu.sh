@@ -15,7 +15,9 @@ failed() { fails=$((fails+1)); echo "FAIL $1"; }
 
 start() {  # name, flags...: serves in the background, waits for /health
   local name=$1; shift
-  "$ft" serve --model "$model" --port $port --stats-log-interval 1 "$@" >"$out/$name.log" 2>&1 &
+  # --kv-dtype f32: the GPU keeps the CPU's arithmetic, so greedy ids compare exactly.
+  "$ft" serve --model "$model" --port $port --stats-log-interval 1 --kv-dtype f32 "$@" \
+    >"$out/$name.log" 2>&1 &
   pid=$!
   for _ in $(seq 1 600); do
     curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && return 0

@@ -16,7 +16,7 @@ failed() { fails=$((fails+1)); echo "FAIL $1"; }
 
 start() {  # name, flags...
   local name=$1; shift
-  "$ft" serve --model "$model" --port $port "$@" >"$out/$name.log" 2>&1 &
+  "$ft" serve --model "$model" --port $port --kv-dtype f32 "$@" >"$out/$name.log" 2>&1 &  # TP: f32 KV
   pid=$!
   for _ in $(seq 1 900); do
     curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && return 0

@@ -43,8 +43,8 @@ __global__ void __launch_bounds__(32 * k_dec_warps)
     acc[j] = 0.f;
   }
   float m = -INFINITY, l = 0.f;
-  const float* kb = a.k_cache + cache0 + g * hd;
-  const float* vb = a.v_cache + cache0 + g * hd;
+  const float* kb = static_cast<const float*>(a.k_cache) + cache0 + g * hd;
+  const float* vb = static_cast<const float*>(a.v_cache) + cache0 + g * hd;
   for (int64_t key0 = int64_t{warp} * k_dec_keys<DPL>; key0 < len;
        key0 += int64_t{k_dec_warps} * k_dec_keys<DPL>) {
     float s[k_dec_keys<DPL>], vr[k_dec_keys<DPL>][DPL];  // V rows loaded with K: one round trip
@@ -149,8 +149,8 @@ __global__ void __launch_bounds__(32 * k_warps)
     for (int64_t i = threadIdx.x; i < k_k_tile * hd; i += blockDim.x) {
       const int64_t j = i / hd, d = i % hd, key = kt + j;
       const bool in = key < n_keys;
-      k_s[j * (hd + 1) + d] = in ? a.k_cache[key * kv_dim + g * hd + d] : 0.f;
-      v_s[j * hd + d] = in ? a.v_cache[key * kv_dim + g * hd + d] : 0.f;
+      k_s[j * (hd + 1) + d] = in ? static_cast<const float*>(a.k_cache)[key * kv_dim + g * hd + d] : 0.f;
+      v_s[j * hd + d] = in ? static_cast<const float*>(a.v_cache)[key * kv_dim + g * hd + d] : 0.f;
     }
     __syncthreads();
 #pragma unroll
@@ -245,6 +245,16 @@ void attention(const AttentionArgs& a) {
            "attention: bad shape (heads {}, kv heads {}, head_dim {})", a.n_heads, a.n_kv_heads,
            a.head_dim);
   if (a.n_tokens == 0) return;
+  // BF16 caches, sinks, a window or a split: attention_decode.cu (decode-sized passes; f32 or
+  // head dims FLASH lacks) or attention_flash.cu.
+  const bool bf16 = a.kv_dtype == DType::BF16;
+  if (bf16 || a.sinks || a.window > 0 || a.split.max_splits > 0) {
+    const bool decode = a.kernel == AttentionKernel::PER_TOKEN ||
+                        (a.kernel == AttentionKernel::AUTO && a.n_tokens <= k_gemv_max_tokens);
+    if (decode || !bf16 || !attention_flash_supported(a.head_dim)) return attention_decode(a);
+    return attention_flash(a);
+  }
+  FT_CHECK(a.kv_dtype == DType::F32, "attention: caches must be F32 or BF16");
   if (a.head_dim <= 32)
     launch<1>(a);
   else if (a.head_dim <= 64)

@@ -83,8 +83,8 @@ __global__ void __launch_bounds__(32 * k_tc_warps)
       const int64_t key = kt + r;
       float4 kv = make_float4(0.f, 0.f, 0.f, 0.f), vv = kv;
       if (key < n_keys) {
-        kv = *reinterpret_cast<const float4*>(a.k_cache + key * kv_dim + g * HD + c);
-        vv = *reinterpret_cast<const float4*>(a.v_cache + key * kv_dim + g * HD + c);
+        kv = *reinterpret_cast<const float4*>(static_cast<const float*>(a.k_cache) + key * kv_dim + g * HD + c);
+        vv = *reinterpret_cast<const float4*>(static_cast<const float*>(a.v_cache) + key * kv_dim + g * HD + c);
       }
       *reinterpret_cast<float4*>(ks + r * P + c) = kv;
       *reinterpret_cast<float4*>(vs + r * P + c) = vv;

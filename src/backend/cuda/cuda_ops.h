@@ -162,6 +162,23 @@ class PinnedBuffer {
 // Free and total bytes of device 0 (cudaMemGetInfo).
 void memory_info(size_t* free_bytes, size_t* total_bytes);
 
+// ---- step timing (timing.cu): the sampled per-step time split (model/step_split.h)
+
+// A timing event: record() marks the current stream; seconds_since(start) waits for this
+// event and returns the GPU time between the two marks.
+class TimingEvent {
+ public:
+  TimingEvent();
+  ~TimingEvent();
+  TimingEvent(const TimingEvent&) = delete;
+  TimingEvent& operator=(const TimingEvent&) = delete;
+  void record();
+  double seconds_since(const TimingEvent& start) const;
+
+ private:
+  void* handle_ = nullptr;  // cudaEvent_t
+};
+
 // ---- weights
 
 // A weight matrix in VRAM: [rows, cols] row-major, F32, F16, BF16 or block-quantized (rows of
@@ -230,9 +247,10 @@ struct QkRopeArgs {
   float eps;
   const int32_t* pos;
   const int32_t* seq;
-  int64_t seq_stride;
-  float* k_cache;
-  float* v_cache;
+  int64_t seq_stride;  // elements per sequence in the caches
+  void* k_cache;       // kv_dtype elements (F32 or BF16, rounded to nearest even)
+  void* v_cache;
+  DType kv_dtype = DType::F32;
 };
 void qk_rope_store(const QkRopeArgs& a);
 
@@ -425,16 +443,32 @@ void fetch_experts(const FetchArgs& a);
 // split (fp32-like accuracy; head_dim 64 or 128; attention_tc.cu). AUTO: PER_TOKEN up to
 // k_gemv_max_tokens tokens, TENSOR from k_attention_tensor_min tokens where supported, else
 // TILED.
-enum class AttentionKernel { AUTO, PER_TOKEN, TILED, TENSOR };
+// BF16 caches (kv_dtype): PER_TOKEN and AUTO's decode run attention_decode.cu (flash-decoding
+// when `split` is set), TILED/TENSOR/AUTO's prefill run FLASH (attention_flash.cu: bf16
+// mma.sync, f32 softmax and accumulation; head_dim 32, 64, 128 or 256, else TILED on bf16).
+enum class AttentionKernel { AUTO, PER_TOKEN, TILED, TENSOR, FLASH };
 constexpr int64_t k_attention_tensor_min = 128;
+// Flash-decoding workspace (caller-owned, graph-stable): keys split into chunks of
+// k_attention_split_keys (longer when max_splits chunks would not cover a token's keys), one
+// block per (token, head, chunk) that holds keys; the last block of a (token, head) to finish
+// merges the partials. partial: attention_split_floats(...) floats; counters:
+// [max tokens * n_heads] u32, zero before the first launch (each launch leaves them zero).
+constexpr int64_t k_attention_split_keys = 512;
+struct AttentionSplit {
+  float* partial = nullptr;
+  uint32_t* counters = nullptr;
+  int64_t max_splits = 0;
+};
+int64_t attention_split_floats(int64_t n_tokens, int64_t n_heads, int64_t head_dim,
+                               int64_t max_splits);
 // Per-token positions (PER_TOKEN only): pos [n] device (token t at pos[t], else pos0 + t) and
-// seq [n] device (token t's caches start seq[t] * seq_stride floats in; else 0): tokens of
+// seq [n] device (token t's caches start seq[t] * seq_stride elements in; else 0): tokens of
 // several sequences in one launch.
 struct AttentionArgs {
   const float* q;
   int64_t n_tokens, pos0;
-  const float* k_cache;
-  const float* v_cache;
+  const void* k_cache;  // kv_dtype elements
+  const void* v_cache;
   int64_t n_heads, n_kv_heads, head_dim;
   float scale;
   float* out;
@@ -442,8 +476,16 @@ struct AttentionArgs {
   const int32_t* pos = nullptr;
   const int32_t* seq = nullptr;
   int64_t seq_stride = 0;
+  DType kv_dtype = DType::F32;
+  AttentionSplit split = {};      // BF16 decode: flash-decoding when max_splits > 0
+  const float* sinks = nullptr;   // BF16 kernels: [n_heads] sink logits (softmax only) or null
+  int64_t window = 0;             // BF16 kernels: keys pos - window < key <= pos (0: all)
 };
 void attention(const AttentionArgs& a);
+// The BF16-cache kernels attention() dispatches to (checked there).
+void attention_flash(const AttentionArgs& a);
+bool attention_flash_supported(int64_t head_dim);
+void attention_decode(const AttentionArgs& a);
 bool attention_tensor_supported(int64_t head_dim);
 void attention_tensor(const AttentionArgs& a);  // the TENSOR kernel (attention() dispatches)
 

@@ -1,6 +1,8 @@
 // qk_rope_store: per-head q/k rmsnorm + rotary embedding + K/V cache store in one launch, one
 // warp per (token, head); the head is staged in shared memory so rotation pairs can cross
 // lanes. Same arithmetic as rmsnorm.cu and rope.cu, in the same order.
+#include <cuda_bf16.h>
+
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_ops.h"
 
@@ -9,6 +11,14 @@ namespace ft::cuda {
 namespace {
 constexpr int k_warps = 8;
 constexpr int k_max_head = 256;
+
+// Element d of a cache row of f32 or bf16 (round to nearest even).
+__device__ __forceinline__ void store_kv(void* row, int64_t d, float x, bool bf16) {
+  if (bf16)
+    static_cast<__nv_bfloat16*>(row)[d] = __float2bfloat16_rn(x);
+  else
+    static_cast<float*>(row)[d] = x;
+}
 
 // ---- kernels
 // Units per token: n_heads q heads, then n_kv_heads k heads, then n_kv_heads v heads.
@@ -22,14 +32,17 @@ __global__ void __launch_bounds__(32 * k_warps) qk_rope_kernel(const __grid_cons
   if (unit >= units) return;
   const int lane = threadIdx.x;
   const int64_t hd = a.head_dim, kvd = a.n_kv_heads * hd, pos = a.pos[t];
-  float* cache_row = nullptr;
+  void* cache_row = nullptr;
+  const bool bf16 = a.kv_dtype == DType::BF16;
   if (unit >= a.n_heads) {
     const int64_t kvh = (unit - a.n_heads) % a.n_kv_heads;
     const bool is_v = unit >= a.n_heads + a.n_kv_heads;
-    cache_row = (is_v ? a.v_cache : a.k_cache) + a.seq[t] * a.seq_stride + pos * kvd + kvh * hd;
+    const int64_t at = a.seq[t] * a.seq_stride + pos * kvd + kvh * hd;
+    cache_row = bf16 ? static_cast<void*>(static_cast<__nv_bfloat16*>(is_v ? a.v_cache : a.k_cache) + at)
+                     : static_cast<void*>(static_cast<float*>(is_v ? a.v_cache : a.k_cache) + at);
     if (is_v) {
       const float* src = a.v + t * kvd + kvh * hd;
-      for (int64_t d = lane; d < hd; d += 32) cache_row[d] = src[d];
+      for (int64_t d = lane; d < hd; d += 32) store_kv(cache_row, d, src[d], bf16);
       return;
     }
   }
@@ -53,11 +66,11 @@ __global__ void __launch_bounds__(32 * k_warps) qk_rope_kernel(const __grid_cons
     const float x1 = s[ia], x2 = s[ib];
     v[ia] = x1 * c - x2 * sn;
     v[ib] = x2 * c + x1 * sn;
-    if (cache_row) cache_row[ia] = v[ia], cache_row[ib] = v[ib];
+    if (cache_row) store_kv(cache_row, ia, v[ia], bf16), store_kv(cache_row, ib, v[ib], bf16);
   }
   for (int64_t d = a.rot_dim + lane; d < hd; d += 32) {
     v[d] = s[d];
-    if (cache_row) cache_row[d] = s[d];
+    if (cache_row) store_kv(cache_row, d, s[d], bf16);
   }
 }
 }  // namespace
@@ -67,7 +80,7 @@ void qk_rope_store(const QkRopeArgs& a) {
   FT_CHECK(a.n >= 0 && a.n_heads > 0 && a.n_kv_heads > 0 && a.head_dim > 0 &&
                a.head_dim <= k_max_head && a.rot_dim > 0 && a.rot_dim % 2 == 0 &&
                a.rot_dim <= a.head_dim && a.cos && a.sin && a.pos && a.seq && a.k_cache &&
-               a.v_cache,
+               a.v_cache && (a.kv_dtype == DType::F32 || a.kv_dtype == DType::BF16),
            "qk_rope_store: bad arguments (head_dim {}, rot_dim {})", a.head_dim, a.rot_dim);
   if (a.n == 0) return;
   const int64_t units = a.n_heads + 2 * a.n_kv_heads;

@@ -1,0 +1,208 @@
+// attention_decode: per-token attention over an f32 or bf16 KV cache with flash-decoding.
+// One block per (token, head, key chunk): each of 16 warps scores a few keys per iteration
+// (their K and V loads in flight together) with a running max, sum and lane-strided head_dim
+// accumulator, and the warps merge through shared memory. Without a split one block takes all
+// of a token's keys and writes the output. With a split (AttentionSplit) the keys go in chunks
+// of k_attention_split_keys to as many blocks, each writing (max, sum, acc) to the workspace;
+// the last block of a (token, head) to finish (a counter per pair, reset by that block) merges
+// them, so a step is one launch with a grid fixed by max_splits (graph-capturable; blocks past
+// the token's length exit at once). Per-token positions and sequences (pos/seq), optional
+// per-head sink logits and a sliding window.
+#include <cuda_bf16.h>
+
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/cuda_ops.h"
+
+namespace ft::cuda {
+
+namespace {
+constexpr int k_warps = 16;
+// Keys a warp scores per iteration, by head dims per lane (registers of a 512-thread block).
+template <int DPL>
+constexpr int k_keys = DPL <= 4 ? 8 : 4;
+
+__device__ __forceinline__ float ld(const float* p) { return *p; }
+__device__ __forceinline__ float ld(const __nv_bfloat16* p) { return __bfloat162float(*p); }
+
+// ---- kernels
+// T: cache element; DPL: head dims per lane (head_dim <= 32 * DPL).
+template <typename T, int DPL>
+__global__ void __launch_bounds__(32 * k_warps) decode_kernel(const __grid_constant__ AttentionArgs a) {
+  pdl_wait();
+  pdl_trigger();
+  const int64_t h = blockIdx.x, t = blockIdx.y, split = blockIdx.z;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t hd = a.head_dim, g = h / (a.n_heads / a.n_kv_heads);
+  const int64_t kv_dim = a.n_kv_heads * hd, q_dim = a.n_heads * hd;
+  const int64_t pos = a.pos ? a.pos[t] : a.pos0 + t;
+  const int64_t k_lo = a.window > 0 ? max(int64_t{0}, pos - a.window + 1) : 0, k_hi = pos + 1;
+  // Chunks of k_attention_split_keys keys, longer when max_splits would not cover the length.
+  const bool split_on = a.split.max_splits > 0;
+  const int64_t len = k_hi - k_lo;
+  const int64_t chunk =
+      split_on ? max(k_attention_split_keys, (len + a.split.max_splits - 1) / a.split.max_splits)
+               : len;
+  const int64_t used = (len + chunk - 1) / chunk;
+  if (split >= used) return;  // a chunk past this token's keys
+  const int64_t c0 = k_lo + split * chunk, c1 = min(k_hi, c0 + chunk);
+  const int64_t cache0 = a.seq ? a.seq[t] * a.seq_stride : 0;
+  const float* q = a.q + t * q_dim + h * hd;
+  float qr[DPL], acc[DPL];
+#pragma unroll
+  for (int j = 0; j < DPL; ++j) {
+    const int64_t d = lane + 32 * j;
+    qr[j] = d < hd ? q[d] : 0.f;
+    acc[j] = 0.f;
+  }
+  float m = -INFINITY, l = 0.f;
+  const T* kb = static_cast<const T*>(a.k_cache) + cache0 + g * hd;
+  const T* vb = static_cast<const T*>(a.v_cache) + cache0 + g * hd;
+  constexpr int KEYS = k_keys<DPL>;
+  for (int64_t key0 = c0 + int64_t{warp} * KEYS; key0 < c1; key0 += int64_t{k_warps} * KEYS) {
+    float s[KEYS], vr[KEYS][DPL];  // V rows loaded with K: one round trip
+#pragma unroll
+    for (int u = 0; u < KEYS; ++u) {
+      s[u] = 0.f;
+      const bool in = key0 + u < c1;
+      const T* k = kb + (key0 + u) * kv_dim;
+      const T* v = vb + (key0 + u) * kv_dim;
+#pragma unroll
+      for (int j = 0; j < DPL; ++j) {
+        const int64_t d = lane + 32 * j;
+        const bool ok = in && d < hd;
+        vr[u][j] = ok ? ld(v + d) : 0.f;
+        if (ok) s[u] += qr[j] * ld(k + d);
+      }
+    }
+    float m_new = m;
+#pragma unroll
+    for (int u = 0; u < KEYS; ++u) {
+      s[u] = warp_sum(s[u]) * a.scale;
+      if (key0 + u < c1) m_new = fmaxf(m_new, s[u]);
+    }
+    const float corr = expf(m - m_new);
+    float p[KEYS];
+    l *= corr;
+#pragma unroll
+    for (int u = 0; u < KEYS; ++u) {
+      p[u] = key0 + u < c1 ? expf(s[u] - m_new) : 0.f;
+      l += p[u];
+    }
+#pragma unroll
+    for (int j = 0; j < DPL; ++j) {
+      float o = acc[j] * corr;
+#pragma unroll
+      for (int u = 0; u < KEYS; ++u) o += p[u] * vr[u][j];
+      acc[j] = o;
+    }
+    m = m_new;
+  }
+  __shared__ float s_m[k_warps], s_l[k_warps], s_acc[k_warps][32 * DPL];
+  if (lane == 0) s_m[warp] = m, s_l[warp] = l;
+#pragma unroll
+  for (int j = 0; j < DPL; ++j) s_acc[warp][lane + 32 * j] = acc[j];
+  __syncthreads();
+  if (warp != 0) return;
+  // Warp 0 merges the warps: (mx, sum, o[]) of this block's keys.
+  float mx = -INFINITY;
+#pragma unroll
+  for (int w = 0; w < k_warps; ++w) mx = fmaxf(mx, s_m[w]);
+  float f[k_warps], sum = 0.f;
+#pragma unroll
+  for (int w = 0; w < k_warps; ++w) {
+    f[w] = s_m[w] == -INFINITY ? 0.f : expf(s_m[w] - mx);  // a warp that saw no key
+    sum += s_l[w] * f[w];
+  }
+  float o[DPL];
+#pragma unroll
+  for (int j = 0; j < DPL; ++j) {
+    const int64_t d = lane + 32 * j;
+    o[j] = 0.f;
+    if (d >= hd) continue;
+#pragma unroll
+    for (int w = 0; w < k_warps; ++w) o[j] += s_acc[w][d] * f[w];
+  }
+  if (used > 1) {
+    // Publish this chunk's partial; the last block of the (token, head) merges them all.
+    const int64_t pair = t * a.n_heads + h;
+    float* part = a.split.partial + (pair * a.split.max_splits + split) * (hd + 2);
+    if (lane == 0) part[0] = mx, part[1] = sum;
+#pragma unroll
+    for (int j = 0; j < DPL; ++j)
+      if (lane + 32 * j < hd) part[2 + lane + 32 * j] = o[j];
+    __threadfence();
+    __syncwarp();
+    uint32_t prev = 0;
+    if (lane == 0) prev = atomicAdd(a.split.counters + pair, 1u);
+    prev = __shfl_sync(0xffffffffu, prev, 0);
+    if (prev + 1 != static_cast<uint32_t>(used)) return;
+    __threadfence();  // the other blocks' partials are visible (read past L1 below)
+    if (lane == 0) a.split.counters[pair] = 0;  // ready for the next launch
+    const float* base = a.split.partial + pair * a.split.max_splits * (hd + 2);
+    mx = -INFINITY;
+    for (int64_t c = 0; c < used; ++c) mx = fmaxf(mx, __ldcg(base + c * (hd + 2)));
+    sum = 0.f;
+#pragma unroll
+    for (int j = 0; j < DPL; ++j) o[j] = 0.f;
+    for (int64_t c = 0; c < used; ++c) {
+      const float* pc = base + c * (hd + 2);
+      const float mc = __ldcg(pc);
+      const float fc = mc == -INFINITY ? 0.f : expf(mc - mx);
+      sum += __ldcg(pc + 1) * fc;
+#pragma unroll
+      for (int j = 0; j < DPL; ++j)
+        if (lane + 32 * j < hd) o[j] += __ldcg(pc + 2 + lane + 32 * j) * fc;
+    }
+  }
+  if (a.sinks) sum += expf(a.sinks[h] - mx);
+  const float inv = 1.f / sum;
+  float* out = a.out + t * q_dim + h * hd;
+#pragma unroll
+  for (int j = 0; j < DPL; ++j) {
+    const int64_t d = lane + 32 * j;
+    if (d < hd) out[d] = o[j] * inv;
+  }
+}
+
+template <typename T, int DPL>
+void launch(const AttentionArgs& a) {
+  const unsigned splits = a.split.max_splits > 0 ? static_cast<unsigned>(a.split.max_splits) : 1u;
+  const dim3 grid(static_cast<unsigned>(a.n_heads), static_cast<unsigned>(a.n_tokens), splits);
+  launch_kernel(decode_kernel<T, DPL>, grid, dim3(32 * k_warps), 0, a);
+}
+
+template <typename T>
+void launch_t(const AttentionArgs& a) {
+  if (a.head_dim <= 32)
+    launch<T, 1>(a);
+  else if (a.head_dim <= 64)
+    launch<T, 2>(a);
+  else if (a.head_dim <= 128)
+    launch<T, 4>(a);
+  else
+    launch<T, 8>(a);
+}
+}  // namespace
+
+int64_t attention_split_floats(int64_t n_tokens, int64_t n_heads, int64_t head_dim,
+                               int64_t max_splits) {
+  return n_tokens * n_heads * max_splits * (head_dim + 2);
+}
+
+// ---- launcher (attention() dispatches BF16 decode here)
+void attention_decode(const AttentionArgs& a) {
+  FT_CHECK(a.n_heads > 0 && a.n_kv_heads > 0 && a.n_heads % a.n_kv_heads == 0 &&
+               a.head_dim > 0 && a.head_dim <= 256 && a.window >= 0 &&
+               (a.kv_dtype == DType::F32 || a.kv_dtype == DType::BF16),
+           "attention_decode: bad shape (heads {}, kv heads {}, head_dim {})", a.n_heads,
+           a.n_kv_heads, a.head_dim);
+  FT_CHECK(a.split.max_splits == 0 || (a.split.partial && a.split.counters),
+           "attention_decode: a split needs its workspace");
+  if (a.n_tokens == 0) return;
+  if (a.kv_dtype == DType::BF16)
+    launch_t<__nv_bfloat16>(a);
+  else
+    launch_t<float>(a);
+}
+
+}  // namespace ft::cuda

@@ -1,0 +1,311 @@
+// attention_flash: flash-attention prefill over a bf16 KV cache on bf16 tensor cores
+// (mma.sync m16n8k16, f32 accumulation, online softmax in f32 registers). K and V are exact
+// bf16; the f32 operands Q and P go in as two bf16 parts (x = hi + lo, two MMAs each), so the
+// only rounding left is the cache's (the decode kernel's accuracy: a tie-prone MoE router sees
+// the same hidden states from prefill and decode).
+// A block owns 64 rows of one KV head, a row being one (query token, q head of the group): the
+// group's q heads share every K/V tile. Rows are token-major (row = token * group + head), so a
+// warp's 16 rows are consecutive tokens (or heads of one token). K/V tiles stream through
+// shared memory with cp.async, double-buffered; S = Q K^T stays in registers and becomes the A
+// operand of O += P V without a round trip through shared memory. Causal masking per row (keys
+// <= pos; > pos - window when a window is set); a warp skips tiles wholly after its rows (or
+// before their windows), and blocks are issued heaviest first. Optional per-head sink logits
+// join the softmax denominator only (gpt-oss).
+#include <cuda_bf16.h>
+
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/cuda_ops.h"
+
+namespace ft::cuda {
+
+namespace {
+constexpr int k_warps = 4, k_rows = 16 * k_warps;  // rows per block
+constexpr float k_log2e = 1.4426950408889634f;
+
+// Keys per K/V tile: 64, or 32 at head_dim 256 (registers: O is head_dim / 2 floats a thread).
+template <int HD>
+constexpr int bk() {
+  return HD >= 256 ? 32 : 64;
+}
+template <int HD>
+constexpr int pitch() {  // shared-memory row pitch in bf16: +8 keeps ldmatrix conflict-free
+  return HD + 8;
+}
+template <int HD>
+size_t smem_bytes() {  // Q hi, Q lo, then K and V double-buffered
+  return sizeof(__nv_bfloat16) * pitch<HD>() * (2 * k_rows + 4 * bk<HD>());
+}
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+__device__ __forceinline__ void ldsm_x4_t(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+// d += a b: A 16x16 bf16 (row), B 16x8 bf16 (col), D 16x8 f32.
+__device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                    uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+// 16 bytes global -> shared, zero-filled when !valid (no global read then).
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+               "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n"); }
+__device__ __forceinline__ void cp_async_wait1() {
+  asm volatile("cp.async.wait_group 1;\n" ::: "memory");
+}
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&v);
+}
+// (a, b) as bf16 pairs hi (rounded) and lo (the remainders, rounded).
+__device__ __forceinline__ void split_bf16(float a, float b, uint32_t& hi, uint32_t& lo) {
+  __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+  hi = *reinterpret_cast<uint32_t*>(&h);
+  lo = pack_bf16(a - __low2float(h), b - __high2float(h));
+}
+
+// ---- kernels
+template <int HD>
+__global__ void __launch_bounds__(32 * k_warps)
+    flash_kernel(const __grid_constant__ AttentionArgs a) {
+  constexpr int BK = bk<HD>(), P = pitch<HD>(), NT = BK / 8, DT = HD / 8;
+  extern __shared__ float4 smem4[];
+  __nv_bfloat16* qs = reinterpret_cast<__nv_bfloat16*>(smem4);  // [k_rows][P] hi
+  __nv_bfloat16* ql = qs + k_rows * P;                           // [k_rows][P] lo
+  __nv_bfloat16* ks = ql + k_rows * P;                           // [2][BK][P]
+  __nv_bfloat16* vs = ks + 2 * BK * P;                           // [2][BK][P]
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int gid = lane >> 2, tig = lane & 3;
+  const int64_t G = a.n_heads / a.n_kv_heads, g = blockIdx.y;
+  const int64_t kv_dim = a.n_kv_heads * HD, q_dim = a.n_heads * HD;
+  const int64_t n_rows = a.n_tokens * G;
+  const int64_t r0 = (gridDim.x - 1 - blockIdx.x) * int64_t{k_rows};  // heaviest blocks first
+  const __nv_bfloat16* kc = static_cast<const __nv_bfloat16*>(a.k_cache);
+  const __nv_bfloat16* vc = static_cast<const __nv_bfloat16*>(a.v_cache);
+
+  // Q rows as bf16 hi + lo in shared memory.
+  for (int i = tid; i < k_rows * (HD / 4); i += 32 * k_warps) {
+    const int r = i / (HD / 4), c = (i % (HD / 4)) * 4;
+    const int64_t R = r0 + r;
+    float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (R < n_rows) {
+      const int64_t t = R / G, h = g * G + R % G;
+      v = *reinterpret_cast<const float4*>(a.q + t * q_dim + h * HD + c);
+    }
+    uint2 hi, lo;
+    split_bf16(v.x, v.y, hi.x, lo.x);
+    split_bf16(v.z, v.w, hi.y, lo.y);
+    *reinterpret_cast<uint2*>(qs + r * P + c) = hi;
+    *reinterpret_cast<uint2*>(ql + r * P + c) = lo;
+  }
+  // This thread's two rows (gid, gid + 8 of the warp's 16): positions, -1 when past the end.
+  const int64_t Ra = r0 + warp * 16 + gid, Rb = Ra + 8;
+  const int pa = Ra < n_rows ? static_cast<int>(a.pos0 + Ra / G) : -1;
+  const int pb = Rb < n_rows ? static_cast<int>(a.pos0 + Rb / G) : -1;
+  const int win = static_cast<int>(a.window);
+  const int w_max = __reduce_max_sync(0xffffffffu, max(pa, pb));
+  const int w_min = __reduce_min_sync(0xffffffffu, min(pa < 0 ? INT32_MAX : pa, pb < 0 ? INT32_MAX : pb));
+  const bool w_partial = __any_sync(0xffffffffu, pa < 0 || pb < 0);
+  // The block's keys: [k_begin, k_end).
+  const int64_t last_row = min(r0 + k_rows, n_rows) - 1;
+  const int64_t blk_min = a.pos0 + r0 / G, blk_max = a.pos0 + last_row / G;
+  const int64_t k_end = blk_max + 1;
+  const int64_t k_begin = win > 0 ? max(int64_t{0}, blk_min - win + 1) / BK * BK : 0;
+  const int n_tiles = static_cast<int>((k_end - k_begin + BK - 1) / BK);
+
+  auto load_tile = [&](int tile, int stage) {
+    const int64_t kt = k_begin + int64_t{tile} * BK;
+    for (int i = tid; i < BK * (HD / 8); i += 32 * k_warps) {
+      const int r = i / (HD / 8), c = (i % (HD / 8)) * 8;
+      const int64_t key = kt + r;
+      const bool ok = key < k_end;
+      const int64_t off = ok ? key * kv_dim + g * HD + c : 0;
+      cp_async16(smem_u32(ks + (stage * BK + r) * P + c), kc + off, ok);
+      cp_async16(smem_u32(vs + (stage * BK + r) * P + c), vc + off, ok);
+    }
+  };
+
+  const float sl = a.scale * k_log2e;  // scores in log2 units
+  float o[DT][4];
+#pragma unroll
+  for (int j = 0; j < DT; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
+  float m_a = -INFINITY, m_b = -INFINITY, l_a = 0.f, l_b = 0.f;
+
+  load_tile(0, 0);
+  cp_async_commit();
+  for (int tile = 0; tile < n_tiles; ++tile) {
+    if (tile + 1 < n_tiles) load_tile(tile + 1, (tile + 1) & 1);
+    cp_async_commit();  // possibly empty: keeps "wait 1" meaning "this tile has landed"
+    cp_async_wait1();
+    __syncthreads();
+    const int stage = tile & 1;
+    const int kt = static_cast<int>(k_begin) + tile * BK;
+    const bool skip = w_max < 0 || kt > w_max || (win > 0 && kt + BK - 1 <= w_min - win);
+    if (!skip) {
+      const __nv_bfloat16* kst = ks + stage * BK * P;
+      const __nv_bfloat16* vst = vs + stage * BK * P;
+      // S = Q K^T: 16 rows x BK keys per warp.
+      float s[NT][4];
+#pragma unroll
+      for (int j = 0; j < NT; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
+#pragma unroll
+      for (int k0 = 0; k0 < HD; k0 += 16) {
+        uint32_t qa[4], qb[4];  // Q hi, lo
+        const int q_off = (warp * 16 + (lane & 15)) * P + k0 + (lane >> 4) * 8;
+        ldsm_x4(qa, smem_u32(qs + q_off));
+        ldsm_x4(qb, smem_u32(ql + q_off));
+#pragma unroll
+        for (int n0 = 0; n0 < BK; n0 += 16) {
+          uint32_t kb[4];
+          ldsm_x4(kb, smem_u32(kst + (n0 + (lane & 7) + (lane >> 4) * 8) * P + k0 +
+                               ((lane >> 3) & 1) * 8));
+          mma(s[n0 / 8], qb, kb[0], kb[1]);
+          mma(s[n0 / 8 + 1], qb, kb[2], kb[3]);
+          mma(s[n0 / 8], qa, kb[0], kb[1]);
+          mma(s[n0 / 8 + 1], qa, kb[2], kb[3]);
+        }
+      }
+      // Scale, mask, online softmax (rows a = gid, b = gid + 8; a quad shares a row).
+      const bool need_mask =
+          w_partial || kt + BK - 1 > w_min || (win > 0 && kt <= w_max - win);
+      float mx_a = -INFINITY, mx_b = -INFINITY;
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          float v = s[j][e] * sl;
+          if (need_mask) {
+            const int key = kt + j * 8 + 2 * tig + (e & 1);
+            const int p = e < 2 ? pa : pb;
+            if (key > p || (win > 0 && key <= p - win)) v = -INFINITY;
+          }
+          s[j][e] = v;
+        }
+        mx_a = fmaxf(mx_a, fmaxf(s[j][0], s[j][1]));
+        mx_b = fmaxf(mx_b, fmaxf(s[j][2], s[j][3]));
+      }
+#pragma unroll
+      for (int o2 = 1; o2 < 4; o2 <<= 1) {
+        mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, o2));
+        mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, o2));
+      }
+      const float mn_a = fmaxf(m_a, mx_a), mn_b = fmaxf(m_b, mx_b);
+      // A row with no key yet keeps m = -inf: exponentiate against 0 (every p is 0 then).
+      const float base_a = mn_a == -INFINITY ? 0.f : mn_a, base_b = mn_b == -INFINITY ? 0.f : mn_b;
+      const float c_a = exp2f(m_a - base_a), c_b = exp2f(m_b - base_b);
+      m_a = mn_a, m_b = mn_b;
+      float sum_a = 0.f, sum_b = 0.f;
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+        s[j][0] = exp2f(s[j][0] - base_a), s[j][1] = exp2f(s[j][1] - base_a);
+        s[j][2] = exp2f(s[j][2] - base_b), s[j][3] = exp2f(s[j][3] - base_b);
+        sum_a += s[j][0] + s[j][1];
+        sum_b += s[j][2] + s[j][3];
+      }
+      l_a = l_a * c_a + sum_a;
+      l_b = l_b * c_b + sum_b;
+#pragma unroll
+      for (int j = 0; j < DT; ++j) o[j][0] *= c_a, o[j][1] *= c_a, o[j][2] *= c_b, o[j][3] *= c_b;
+      // O += P V: P's accumulator layout is the A operand layout, 16 keys at a time.
+#pragma unroll
+      for (int kk = 0; kk < BK / 16; ++kk) {
+        uint32_t pfrag[4], plo[4];  // P hi, lo
+        split_bf16(s[2 * kk][0], s[2 * kk][1], pfrag[0], plo[0]);
+        split_bf16(s[2 * kk][2], s[2 * kk][3], pfrag[1], plo[1]);
+        split_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1], pfrag[2], plo[2]);
+        split_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3], pfrag[3], plo[3]);
+#pragma unroll
+        for (int n0 = 0; n0 < HD; n0 += 16) {
+          uint32_t vb[4];
+          ldsm_x4_t(vb, smem_u32(vst + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * P + n0 +
+                                 (lane >> 4) * 8));
+          mma(o[n0 / 8], plo, vb[0], vb[1]);
+          mma(o[n0 / 8 + 1], plo, vb[2], vb[3]);
+          mma(o[n0 / 8], pfrag, vb[0], vb[1]);
+          mma(o[n0 / 8 + 1], pfrag, vb[2], vb[3]);
+        }
+      }
+    }
+    __syncthreads();  // this stage is consumed before the next iteration refills it
+  }
+  // Row sums over the quad, the sink, then O / l.
+#pragma unroll
+  for (int o2 = 1; o2 < 4; o2 <<= 1) {
+    l_a += __shfl_xor_sync(0xffffffffu, l_a, o2);
+    l_b += __shfl_xor_sync(0xffffffffu, l_b, o2);
+  }
+  const int64_t rows[2] = {Ra, Rb};
+  const float ls[2] = {l_a, l_b}, ms[2] = {m_a, m_b};
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int64_t R = rows[half];
+    if (R >= n_rows) continue;
+    const int64_t t = R / G, h = g * G + R % G;
+    float l = ls[half];
+    if (a.sinks) l += exp2f(a.sinks[h] * k_log2e - ms[half]);
+    const float inv = 1.f / l;
+    float* out = a.out + t * q_dim + h * HD;
+#pragma unroll
+    for (int j = 0; j < DT; ++j)
+      *reinterpret_cast<float2*>(out + j * 8 + 2 * tig) =
+          make_float2(o[j][2 * half] * inv, o[j][2 * half + 1] * inv);
+  }
+}
+
+template <int HD>
+void launch(const AttentionArgs& a) {
+  const size_t smem = smem_bytes<HD>();
+  CUDA_CHECK(cudaFuncSetAttribute(flash_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  static_cast<int>(smem)));
+  const int64_t rows = a.n_tokens * (a.n_heads / a.n_kv_heads);
+  const dim3 grid(static_cast<unsigned>((rows + k_rows - 1) / k_rows),
+                  static_cast<unsigned>(a.n_kv_heads));
+  flash_kernel<HD><<<grid, 32 * k_warps, smem, stream()>>>(a);
+  CUDA_CHECK_LAUNCH();
+}
+}  // namespace
+
+bool attention_flash_supported(int64_t head_dim) {
+  return head_dim == 32 || head_dim == 64 || head_dim == 128 || head_dim == 256;
+}
+
+// ---- launcher (attention() dispatches BF16 prefill here)
+void attention_flash(const AttentionArgs& a) {
+  FT_CHECK(a.kv_dtype == DType::BF16 && attention_flash_supported(a.head_dim) && !a.pos &&
+               !a.seq && a.window >= 0 && a.pos0 + a.n_tokens <= INT32_MAX,
+           "attention_flash: needs bf16 caches, head_dim 32/64/128/256 and pos0-based positions "
+           "(head_dim {})",
+           a.head_dim);
+  FT_CHECK(reinterpret_cast<uintptr_t>(a.q) % 16 == 0 &&
+               reinterpret_cast<uintptr_t>(a.k_cache) % 16 == 0 &&
+               reinterpret_cast<uintptr_t>(a.v_cache) % 16 == 0 &&
+               reinterpret_cast<uintptr_t>(a.out) % 8 == 0,
+           "attention_flash: unaligned q/k/v/out");
+  if (a.n_tokens == 0) return;
+  switch (a.head_dim) {
+    case 32:
+      return launch<32>(a);
+    case 64:
+      return launch<64>(a);
+    case 128:
+      return launch<128>(a);
+    default:
+      return launch<256>(a);
+  }
+}
+
+}  // namespace ft::cuda
