@@ -57,13 +57,15 @@ void gpt_oss_config(const GgufSet& g, const std::string& arch, nlohmann::json& j
   const int64_t L = g.get_int(key(arch, "block_count"));
   j["sliding_window"] = g.get_int_or(key(arch, "attention.sliding_window"), 0);
   nlohmann::json types = nlohmann::json::array();
-  for (int64_t l = 0; l < L; ++l) types.push_back(l % 2 == 0 ? "sliding_attention" : "full_attention");
+  for (int64_t l = 0; l < L; ++l)
+    types.push_back(l % 2 == 0 ? "sliding_attention" : "full_attention");
   j["layer_types"] = types;
   j["attention_bias"] = g.tensor(gguf_names::layer(0, gguf_names::q, "bias")) != nullptr;
-  if (j["rope_parameters"].value("rope_type", "") == "yarn") j["rope_parameters"]["truncate"] = false;
+  if (j["rope_parameters"].value("rope_type", "") == "yarn")
+    j["rope_parameters"]["truncate"] = false;
 }
 
-// One line per architecture. Future lines (qwen35moe, gpt-oss, deepseek2, glm4moe) need their
+// One line per architecture. Future lines (qwen35moe, deepseek2, glm4moe) need their
 // family first; the GGUF side is this table plus gguf_names.
 constexpr GgufArch k_gguf_archs[] = {
     {.arch = "qwen3moe",

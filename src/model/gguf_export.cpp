@@ -186,7 +186,8 @@ void add_metadata(GgufWriter& w, const ModelConfig& c, const GgufArch& a,
   }
   if (c.expert_act.kind == ExpertActivation::Kind::SWIGLU_OAI &&
       (c.expert_act.limit != 7.f || c.expert_act.alpha != 1.702f))
-    fail("GGUF export: a clamped SwiGLU other than gpt-oss's (alpha 1.702, limit 7) has no GGUF keys");
+    fail("GGUF export: a clamped SwiGLU other than gpt-oss's (alpha 1.702, limit 7) has no GGUF "
+         "keys");
   if (c.n_experts > 0) {
     w.set(p + "expert_count", u32(c.n_experts));
     w.set(p + "expert_used_count", u32(c.top_k));

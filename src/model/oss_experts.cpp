@@ -33,16 +33,21 @@ const TensorView& tensor(const SafetensorsSet& files, const std::string& name,
   int i = 0;
   for (int64_t d : shape) ok = ok && v.shape[i++] == d;
   if (!ok)
-    fail("{}: tensor '{}' has shape {} but config.json implies {}; the weights do not match the "
-         "config", files.dir(), name, v.shape_str(), shape_of(shape));
+    fail(
+        "{}: tensor '{}' has shape {} but config.json implies {}; the weights do not match the "
+        "config",
+        files.dir(), name, v.shape_str(), shape_of(shape));
   return v;
 }
 
 float at_f32(const TensorView& v, int64_t i) {
   switch (v.dtype) {
-    case DType::F32: return v.as<float>()[i];
-    case DType::F16: return f16_to_f32(v.as<uint16_t>()[i]);
-    default: return bf16_to_f32(v.as<uint16_t>()[i]);
+    case DType::F32:
+      return v.as<float>()[i];
+    case DType::F16:
+      return f16_to_f32(v.as<uint16_t>()[i]);
+    default:
+      return bf16_to_f32(v.as<uint16_t>()[i]);
   }
 }
 
@@ -102,8 +107,9 @@ template <class RowMap>
 void repack_mxfp4(const SafetensorsSet& files, const std::string& base, int64_t E, int64_t rows,
                   int64_t cols, RowMap dst_row, std::vector<TensorView>* dst0,
                   std::vector<TensorView>* dst1) {
-  if (cols % 32) fail("{}: {} has rows of {} elements, not whole 32-element MXFP4 blocks",
-                      files.dir(), base, cols);
+  if (cols % 32)
+    fail("{}: {} has rows of {} elements, not whole 32-element MXFP4 blocks", files.dir(), base,
+         cols);
   const int64_t nb = cols / 32;
   const TensorView& b = tensor(files, base + "_blocks", {E, rows, nb, 16}, true);
   const TensorView& s = tensor(files, base + "_scales", {E, rows, nb}, true);
@@ -128,8 +134,9 @@ void load_oss_experts(const SafetensorsSet& files, const std::string& p, int64_t
   if (files.has(p + "gate_up_proj_blocks")) {
     gate = stacked(owned, DType::MXFP4, E, I, H, p + "gate_up_proj (gate rows)");
     up = stacked(owned, DType::MXFP4, E, I, H, p + "gate_up_proj (up rows)");
-    repack_mxfp4(files, p + "gate_up_proj", E, 2 * I, H,
-                 [](int64_t r) { return std::pair<int, int64_t>(r % 2, r / 2); }, &gate, &up);
+    repack_mxfp4(
+        files, p + "gate_up_proj", E, 2 * I, H,
+        [](int64_t r) { return std::pair<int, int64_t>(r % 2, r / 2); }, &gate, &up);
   } else if (files.has(p + "gate_up_proj")) {
     const TensorView& gu = tensor(files, p + "gate_up_proj", {E, H, 2 * I}, false);
     gate = stacked(owned, gu.dtype, E, I, H, p + "gate_up_proj (gate columns)");
@@ -143,8 +150,9 @@ void load_oss_experts(const SafetensorsSet& files, const std::string& p, int64_t
   // down: MXFP4 rows [H, I], or x @ W [E, I, H].
   if (files.has(p + "down_proj_blocks")) {
     down = stacked(owned, DType::MXFP4, E, H, I, p + "down_proj");
-    repack_mxfp4(files, p + "down_proj", E, H, I,
-                 [](int64_t r) { return std::pair<int, int64_t>(0, r); }, &down, nullptr);
+    repack_mxfp4(
+        files, p + "down_proj", E, H, I, [](int64_t r) { return std::pair<int, int64_t>(0, r); },
+        &down, nullptr);
   } else {
     const TensorView& dn = tensor(files, p + "down_proj", {E, I, H}, false);
     down = stacked(owned, dn.dtype, E, H, I, p + "down_proj");

@@ -64,9 +64,13 @@ float worst_row_ratio(const std::vector<float>& a, const std::vector<float>& b, 
   return worst;
 }
 
-nlohmann::json fixture_config() { return nlohmann::json::parse(read_file(k_fixture + "/config.json")); }
+nlohmann::json fixture_config() {
+  return nlohmann::json::parse(read_file(k_fixture + "/config.json"));
+}
 
-void write_json(const std::string& path, const nlohmann::json& j) { std::ofstream(path) << j.dump(2); }
+void write_json(const std::string& path, const nlohmann::json& j) {
+  std::ofstream(path) << j.dump(2);
+}
 
 // Tensors to write: views plus the buffers they point into.
 struct Tensors {
@@ -106,7 +110,8 @@ void write_mxfp4_pair(const std::string& mx, const std::string& twin) {
     std::vector<uint8_t> raw(bytes, bytes + t.nbytes());
     std::vector<int64_t> shape(t.shape.begin(), t.shape.begin() + t.ndim);
     const std::string suffix = "experts.gate_up_proj";
-    if (name.size() < suffix.size() || name.compare(name.size() - suffix.size(), suffix.size(), suffix)) {
+    if (name.size() < suffix.size() ||
+        name.compare(name.size() - suffix.size(), suffix.size(), suffix)) {
       a.add(name, t.dtype, shape, raw);
       b.add(name, t.dtype, shape, std::move(raw));
       continue;
@@ -127,7 +132,8 @@ void write_mxfp4_pair(const std::string& mx, const std::string& twin) {
           for (int i = 0; i < 16; ++i) v[i] = q[k].qs[i] & 0xf, v[i + 16] = q[k].qs[i] >> 4;
           const int64_t at = (e * R + r) * nb + k;
           scales[at] = q[k].e;
-          for (int j = 0; j < 16; ++j) blocks[at * 16 + j] = static_cast<uint8_t>(v[2 * j] | (v[2 * j + 1] << 4));
+          for (int j = 0; j < 16; ++j)
+            blocks[at * 16 + j] = static_cast<uint8_t>(v[2 * j] | (v[2 * j + 1] << 4));
         }
         for (int64_t h = 0; h < H; ++h) {
           back[(e * H + h) * R + r] = f32_to_bf16(deq[h]);
@@ -177,9 +183,10 @@ TEST(GptOss, Mxfp4ExpertsLoadAsMxfp4AndMatchTheirDequantizedTwin) {
   for (int64_t t = 0; t < T; ++t)
     same_argmax += std::max_element(a.begin() + t * V, a.begin() + (t + 1) * V) - a.begin() ==
                    std::max_element(b.begin() + t * V, b.begin() + (t + 1) * V) - b.begin();
-  std::printf("[ gpt_oss ] MXFP4 experts vs dequantized bf16 twin: worst max|d|/max|ref| %.2e, "
-              "argmax equal at %lld/%lld positions\n", r, static_cast<long long>(same_argmax),
-              static_cast<long long>(T));
+  std::printf(
+      "[ gpt_oss ] MXFP4 experts vs dequantized bf16 twin: worst max|d|/max|ref| %.2e, "
+      "argmax equal at %lld/%lld positions\n",
+      r, static_cast<long long>(same_argmax), static_cast<long long>(T));
   EXPECT_LT(r, 0.1f);
   EXPECT_GE(same_argmax, T - 2);
 }
@@ -254,10 +261,17 @@ TEST(GptOss, AttentionWindowAndSinksMatchTheFormula) {
     for (float& f : *x) f = 4 * rnd();
   const std::vector<float> sinks = {0.5f, -1.f, 2.f, 0.f};
   const float scale = 1.f / std::sqrt(static_cast<float>(hd));
-  ops::attention(pool, ops::AttentionArgs{.q = q.data(), .n_tokens = T, .pos0 = pos0,
-                                          .k_cache = k.data(), .v_cache = v.data(),
-                                          .n_heads = heads, .n_kv_heads = kvh, .head_dim = hd,
-                                          .scale = scale, .out = out.data(), .window = W,
+  ops::attention(pool, ops::AttentionArgs{.q = q.data(),
+                                          .n_tokens = T,
+                                          .pos0 = pos0,
+                                          .k_cache = k.data(),
+                                          .v_cache = v.data(),
+                                          .n_heads = heads,
+                                          .n_kv_heads = kvh,
+                                          .head_dim = hd,
+                                          .scale = scale,
+                                          .out = out.data(),
+                                          .window = W,
                                           .sinks = sinks.data()});
   for (int64_t t = 0; t < T; ++t)
     for (int64_t h = 0; h < heads; ++h) {
@@ -266,7 +280,8 @@ TEST(GptOss, AttentionWindowAndSinksMatchTheFormula) {
       double mx = sinks[h];
       for (int64_t j = std::max<int64_t>(0, p - W + 1); j <= p; ++j) {
         double d = 0;
-        for (int64_t i = 0; i < hd; ++i) d += q[(t * heads + h) * hd + i] * k[(j * kvh + g) * hd + i];
+        for (int64_t i = 0; i < hd; ++i)
+          d += q[(t * heads + h) * hd + i] * k[(j * kvh + g) * hd + i];
         sc.push_back(d * scale);
         mx = std::max(mx, sc.back());
       }
@@ -356,7 +371,8 @@ TEST(GptOss, Mxfp4MatmulAtGptOssWidths) {
           ref += double(x[t * cols + c]) * deq[r * cols + c];
           mag += std::fabs(double(x[t * cols + c]) * deq[r * cols + c]);
         }
-        EXPECT_NEAR(y[t * rows + r], ref, 1e-2 * mag + 1e-4) << "n " << n << " t " << t << " r " << r;
+        EXPECT_NEAR(y[t * rows + r], ref, 1e-2 * mag + 1e-4)
+            << "n " << n << " t " << t << " r " << r;
       }
   }
 }

@@ -31,8 +31,10 @@ void configure(const JsonReader& r, ModelConfig& c) {
     for (int64_t l = 0; l < c.n_layers; ++l) {
       const std::string t = types[l].is_string() ? types[l].get<std::string>() : "";
       if (t != "sliding_attention" && t != "full_attention")
-        fail("{}: layer_types[{}] '{}' is not supported (supported: sliding_attention, "
-             "full_attention)", r.path, l, t);
+        fail(
+            "{}: layer_types[{}] '{}' is not supported (supported: sliding_attention, "
+            "full_attention)",
+            r.path, l, t);
       c.layer_sliding[l] = t == "sliding_attention";
     }
   } else {
