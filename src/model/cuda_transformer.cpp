@@ -72,8 +72,7 @@ MemoryRequest cuda_offload_request(const Model& model, const HostExperts& expert
   const size_t kv_f = kv_dtype == DType::BF16 ? 2 : 4;
   if (kv_dtype == DType::BF16)  // flash-decoding workspace (model/cuda_transformer_kv.cpp)
     scratch += f * cuda::attention_split_floats(cuda::k_gemv_max_tokens, c.n_heads, c.head_dim,
-                                                (capacity + cuda::k_attention_split_keys - 1) /
-                                                    cuda::k_attention_split_keys);
+                                                cuda::attention_max_splits(capacity));
   scratch += hybrid_scratch_bytes(c, T, max_seqs);
   // Device expert-cache state (per expert id: slot + recency; per slot: id + usage).
   scratch += 24 * c.n_layers * c.n_experts + 12 * experts.moe_layers * c.n_experts;

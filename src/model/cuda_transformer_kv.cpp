@@ -16,15 +16,14 @@ void* CudaTransformer::v_cache(int64_t seq, int64_t l) const {
   return static_cast<char*>(kv_v_.data()) + at * kv_elem_bytes();
 }
 
-// One chunk per k_attention_split_keys positions of capacity_: every length a replayed decode
-// graph may meet is covered by the grid captured once. Short capacities (one chunk) need none.
+// attention_max_splits(capacity_) chunks: every length a replayed decode graph may meet is
+// covered by the grid captured once. Short capacities (one chunk) need none.
 void CudaTransformer::alloc_attention_split() {
   split_partial_ = {};
   split_counters_ = {};
   max_splits_ = 0;
   if (kv_dtype_ != DType::BF16) return;
-  const int64_t splits =
-      (capacity_ + cuda::k_attention_split_keys - 1) / cuda::k_attention_split_keys;
+  const int64_t splits = cuda::attention_max_splits(capacity_);
   if (splits <= 1) return;
   const int64_t T = cuda::k_gemv_max_tokens;
   split_partial_ = cuda::DeviceBuffer(

@@ -454,6 +454,13 @@ constexpr int64_t k_attention_tensor_min = 128;
 // merges the partials. partial: attention_split_floats(...) floats; counters:
 // [max tokens * n_heads] u32, zero before the first launch (each launch leaves them zero).
 constexpr int64_t k_attention_split_keys = 512;
+// At most this many chunks per (token, head): blocks past a short context exit at once, but
+// each still costs a launch slot, so the grid stays small (chunks grow past 8 * 512 keys).
+constexpr int64_t k_attention_max_splits = 8;
+inline int64_t attention_max_splits(int64_t capacity) {
+  const int64_t chunks = (capacity + k_attention_split_keys - 1) / k_attention_split_keys;
+  return chunks < k_attention_max_splits ? chunks : k_attention_max_splits;
+}
 struct AttentionSplit {
   float* partial = nullptr;
   uint32_t* counters = nullptr;
