@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <string_view>
 
 #include "backend/cpu/thread_pool.h"
 #include "base/error.h"
@@ -96,8 +97,18 @@ void field_to_json(nlohmann::json& j, const char* k, const T& v) {
     j[k] = v;
 }
 
+// Fields added after version 1 shipped: absent in older checkpoints, whose models had none of
+// these features, so the ModelConfig default stands.
+bool added_later(std::string_view k) {
+  for (std::string_view a : {"sliding_window", "layer_sliding", "attn_sinks", "moe_bias",
+                             "expert_act.kind", "expert_act.alpha", "expert_act.limit"})
+    if (k == a) return true;
+  return false;
+}
+
 template <class T>
 void field_from_json(const nlohmann::json& j, const char* k, T& v, const std::string& where) {
+  if (!j.contains(k) && added_later(k)) return;
   if (!j.contains(k)) fail("{}: config has no '{}'; write the checkpoint again", where, k);
   try {
     if constexpr (std::is_enum_v<T>)

@@ -17,6 +17,7 @@
 #include "io/mmap.h"
 #include "io/safetensors.h"
 #include "io/safetensors_writer.h"
+#include "model/ft_checkpoint.h"
 #include "model/gguf_export.h"
 #include "model/transformer.h"
 #include "ops/ops.h"
@@ -375,6 +376,24 @@ TEST(GptOss, Mxfp4MatmulAtGptOssWidths) {
             << "n " << n << " t " << t << " r " << r;
       }
   }
+}
+
+// Fast-load checkpoints written before the gpt-oss fields existed still read (the fields take
+// their defaults); a gpt-oss config round-trips them.
+TEST(GptOss, FastLoadConfigFieldsAreOptionalForOlderCheckpoints) {
+  auto qwen = Model::load(std::string(FT_FIXTURES) + "/qwen3_moe");
+  nlohmann::json old = config_to_json(qwen->config());
+  for (const char* k : {"sliding_window", "layer_sliding", "attn_sinks", "moe_bias",
+                        "expert_act.kind", "expert_act.alpha", "expert_act.limit"})
+    ASSERT_EQ(old.erase(k), 1u) << k;
+  EXPECT_EQ(config_to_json(config_from_json(old, "old.json")), config_to_json(qwen->config()));
+  auto oss = Model::load(k_fixture);
+  const ModelConfig back = config_from_json(config_to_json(oss->config()), "oss.json");
+  EXPECT_EQ(back.layer_sliding, oss->config().layer_sliding);
+  EXPECT_EQ(back.expert_act.kind, ExpertActivation::Kind::SWIGLU_OAI);
+  EXPECT_TRUE(back.attn_sinks && back.moe_bias);
+  old.erase("hidden");  // the original fields stay required
+  EXPECT_THROW(config_from_json(old, "old.json"), Error);
 }
 
 // Features the tensor-parallel shards do not carry yet are refused, not dropped.
