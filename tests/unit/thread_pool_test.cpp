@@ -1,8 +1,10 @@
 // ThreadPool sizing (cgroup CPU quota parsing, cpu_count) and fork-join correctness when the
-// pool pins, when it oversubscribes the CPUs (no polling), and across many back-to-back runs.
+// pool pins (FT_PIN_THREADS=1), when it does not, when it oversubscribes the CPUs (no
+// polling), and across idle gaps (futex sleeps).
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <chrono>
 #include <thread>
 #include <vector>
@@ -45,7 +47,14 @@ void check_runs(ThreadPool& pool) {
 }
 
 TEST(ThreadPool, PinnedPoolRunsEveryItem) {
+  setenv("FT_PIN_THREADS", "1", 1);  // pinning is opt-in
   ThreadPool pool(cpu_count(), true);
+  unsetenv("FT_PIN_THREADS");
+  check_runs(pool);
+}
+
+TEST(ThreadPool, UnpinnedPoolRunsEveryItem) {
+  ThreadPool pool(cpu_count() + 1, true);  // one more thread than CPUs, none pinned
   check_runs(pool);
 }
 

@@ -62,8 +62,12 @@ struct Ymm {
   }
 };
 
-// Distance in bytes ahead of the current super-block that each row prefetches.
-constexpr int k_prefetch_bytes = 768;
+// Distance in bytes ahead of the current super-block that each row prefetches (every line of
+// it): single-thread GEMV over 1 GiB here went from ~6 to ~8.5 GB/s going from 768 to 4096.
+#ifndef FT_QUANT_PREFETCH
+#define FT_QUANT_PREFETCH 4096
+#endif
+constexpr int k_prefetch_bytes = FT_QUANT_PREFETCH;
 
 // Dot products of one row with NT tokens (t0 .. t0 + NT - 1), summed over whole super-blocks
 // [0, nsb) and the block tail; out[t] = dot.
@@ -79,7 +83,8 @@ inline void fused_row(const uint8_t* row, int64_t k, const QActs& x, int64_t t0,
   }
   for (int64_t sb = 0; sb < nsb; ++sb) {
     const uint8_t* p = row + sb * U::kBytes;
-    _mm_prefetch(reinterpret_cast<const char*>(p) + k_prefetch_bytes, _MM_HINT_T0);
+    for (int o = 0; o < U::kBytes; o += 64)  // every line of the super-block k_prefetch ahead
+      _mm_prefetch(reinterpret_cast<const char*>(p) + k_prefetch_bytes + o, _MM_HINT_T0);
     __m256 ws[2], ms[2];
     typename Q::Ps ps[NT];
     U::scales(p, ws, ms);

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <chrono>
 #include <fstream>
 #include <sstream>
@@ -51,18 +52,23 @@ int64_t now_ns() {
       .count();
 }
 
-// Polls until done() or spin_ns have passed; true when done() held.
+// Polls until done() or spin_ns have passed; true when done() held. The first few
+// microseconds poll with PAUSE; after that each poll yields the CPU first, so a thread this
+// one waits for (or another process's) that shares the core gets to run: pure PAUSE polling
+// on a busy machine makes every fork-join wait out scheduler time slices.
 template <class Done>
 bool spin_until(Done done, int64_t spin_ns) {
   if (done()) return true;
   if (spin_ns <= 0) return false;
-  const int64_t end = now_ns() + spin_ns;
+  const int64_t start = now_ns(), end = start + spin_ns, tight = start + 20'000;
   for (;;) {
     for (int i = 0; i < 32; ++i) {
       cpu_relax();
       if (done()) return true;
     }
-    if (now_ns() > end) return done();
+    const int64_t t = now_ns();
+    if (t > end) return done();
+    if (t > tight) sched_yield();
   }
 }
 
@@ -126,9 +132,13 @@ int cpu_count() {
 ThreadPool::ThreadPool(int n_threads, bool pin)
     : n_threads_(n_threads > 0 ? n_threads : cpu_count()),
       spin_ns_(n_threads_ <= cpu_count() ? 300'000 : 0) {
-  // Pin only when each thread gets a CPU of its own (and the mask is not a quota's fiction:
-  // with a quota below the mask, cpu_count() is the quota and the threads may use any CPU).
-  const bool do_pin = pin && n_threads_ <= cpu_count() && cpu_count() == affinity_count();
+  // Pinning is opt-in (FT_PIN_THREADS=1): two processes whose pools pin to the same CPUs
+  // (a CPU reference server next to a GPU one, say) stall each other's fork-joins for whole
+  // time slices, while unpinned threads migrate to idle CPUs. Pin only when each thread gets
+  // a CPU of its own and the mask is not a quota's fiction.
+  const char* env = std::getenv("FT_PIN_THREADS");
+  const bool do_pin = pin && env && std::atoi(env) == 1 && n_threads_ <= cpu_count() &&
+                      cpu_count() == affinity_count();
   if (do_pin) pin_to(nth_allowed_cpu(0));
   for (int i = 1; i < n_threads_; ++i)
     workers_.emplace_back([this, i, do_pin] {

@@ -1,4 +1,4 @@
-// Fork-join thread pool: one worker per usable core (pinned), the calling thread takes part.
+// Fork-join thread pool: one worker per usable core, the calling thread takes part.
 #pragma once
 #include <atomic>
 #include <cstdint>
@@ -11,8 +11,9 @@ namespace ft {
 
 class ThreadPool {
  public:
-  // n_threads <= 0: cpu_count(). Workers are pinned to the 2nd..nth CPU this process may run
-  // on, the caller to the 1st, when pin is true and the pool does not oversubscribe them.
+  // n_threads <= 0: cpu_count(). With pin and FT_PIN_THREADS=1 in the environment, workers
+  // are pinned to the 2nd..nth CPU this process may run on and the caller to the 1st (when
+  // the pool does not oversubscribe them); by default threads are left to the scheduler.
   explicit ThreadPool(int n_threads = 0, bool pin = true);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
