@@ -69,81 +69,108 @@ struct Ymm {
 #endif
 constexpr int k_prefetch_bytes = FT_QUANT_PREFETCH;
 
-// Dot products of one row with NT tokens (t0 .. t0 + NT - 1), summed over whole super-blocks
-// [0, nsb) and the block tail; out[t] = dot.
-template <class Q, class F, int NT>
-inline void fused_row(const uint8_t* row, int64_t k, const QActs& x, int64_t t0, float* out) {
+// Dot products of NR rows with NT tokens (t0 .. t0 + NT - 1), summed over whole super-blocks
+// [0, nsb) and the block tail; out[r * NT + t]. Several rows side by side are several memory
+// streams in flight (one stream per core is latency-bound on many-core Xeons).
+template <class Q, class F, int NR, int NT>
+inline void fused_rows(const uint8_t* const* rows, int64_t k, const QActs& x, int64_t t0,
+                       float* out) {
   using U = Unpack<F>;
   const int64_t ng = k / 16, nsb = k / 256;
-  typename Q::Acc acc[NT][2];
-  __m256 accm[NT];
-  for (int t = 0; t < NT; ++t) {
-    acc[t][0] = acc[t][1] = Q::zero();
-    accm[t] = _mm256_setzero_ps();
-  }
-  for (int64_t sb = 0; sb < nsb; ++sb) {
-    const uint8_t* p = row + sb * U::kBytes;
-    for (int o = 0; o < U::kBytes; o += 64)  // every line of the super-block k_prefetch ahead
-      _mm_prefetch(reinterpret_cast<const char*>(p) + k_prefetch_bytes + o, _MM_HINT_T0);
-    __m256 ws[2], ms[2];
-    typename Q::Ps ps[NT];
-    U::scales(p, ws, ms);
+  typename Q::Acc acc[NR][NT][2];
+  __m256 accm[NR][NT];
+  for (int r = 0; r < NR; ++r)
     for (int t = 0; t < NT; ++t) {
-      const float* dx = x.d + (t0 + t) * ng + 16 * sb;
-      const float* sx = x.s + (t0 + t) * ng + 16 * sb;
-      ps[t] = Q::scales16(_mm256_mul_ps(ws[0], _mm256_loadu_ps(dx)),
-                          _mm256_mul_ps(ws[1], _mm256_loadu_ps(dx + 8)));
-      accm[t] = _mm256_fmadd_ps(ms[0], _mm256_loadu_ps(sx), accm[t]);
-      accm[t] = _mm256_fmadd_ps(ms[1], _mm256_loadu_ps(sx + 8), accm[t]);
+      acc[r][t][0] = acc[r][t][1] = Q::zero();
+      accm[r][t] = _mm256_setzero_ps();
     }
+  for (int64_t sb = 0; sb < nsb; ++sb) {
     const int8_t* q = x.q + 256 * sb;
-    [&]<int... I>(std::integer_sequence<int, I...>) {
-      (
-          [&] {
-            const __m256i u0 = U::template codes<2 * I>(p), u1 = U::template codes<2 * I + 1>(p);
-            for (int t = 0; t < NT; ++t)
-              acc[t][I % 2] = Q::template accumulate<F::kMaxU, I>(acc[t][I % 2], u0, u1,
-                                                             q + (t0 + t) * k + 64 * I, ps[t]);
-          }(),
-          ...);
-    }(std::make_integer_sequence<int, 4>{});
+    for (int r = 0; r < NR; ++r) {
+      const uint8_t* p = rows[r] + sb * U::kBytes;
+      for (int o = 0; o < U::kBytes; o += 64)  // every line of the super-block k_prefetch ahead
+        _mm_prefetch(reinterpret_cast<const char*>(p) + k_prefetch_bytes + o, _MM_HINT_T0);
+      __m256 ws[2], ms[2];
+      typename Q::Ps ps[NT];
+      U::scales(p, ws, ms);
+      for (int t = 0; t < NT; ++t) {
+        const float* dx = x.d + (t0 + t) * ng + 16 * sb;
+        const float* sx = x.s + (t0 + t) * ng + 16 * sb;
+        ps[t] = Q::scales16(_mm256_mul_ps(ws[0], _mm256_loadu_ps(dx)),
+                            _mm256_mul_ps(ws[1], _mm256_loadu_ps(dx + 8)));
+        accm[r][t] = _mm256_fmadd_ps(ms[0], _mm256_loadu_ps(sx), accm[r][t]);
+        accm[r][t] = _mm256_fmadd_ps(ms[1], _mm256_loadu_ps(sx + 8), accm[r][t]);
+      }
+      [&]<int... I>(std::integer_sequence<int, I...>) {
+        (
+            [&] {
+              const __m256i u0 = U::template codes<2 * I>(p), u1 = U::template codes<2 * I + 1>(p);
+              for (int t = 0; t < NT; ++t)
+                acc[r][t][I % 2] = Q::template accumulate<F::kMaxU, I>(
+                    acc[r][t][I % 2], u0, u1, q + (t0 + t) * k + 64 * I, ps[t]);
+            }(),
+            ...);
+      }(std::make_integer_sequence<int, 4>{});
+    }
   }
-  for (int t = 0; t < NT; ++t) out[t] = Q::total(acc[t][0], acc[t][1], accm[t]);
+  for (int r = 0; r < NR; ++r)
+    for (int t = 0; t < NT; ++t) out[r * NT + t] = Q::total(acc[r][t][0], acc[r][t][1], accm[r][t]);
   // tail: the blocks past the last whole super-block (32- and 16-element formats only)
   const int64_t e0 = 256 * nsb;
   if (e0 == k) return;
   constexpr int be = F::kElems;
-  const auto* blk = reinterpret_cast<const typename F::Block*>(row + nsb * U::kBytes);
-  for (int64_t b = 0; b < (k - e0) / be; ++b) {
-    alignas(32) uint8_t u[be];
-    float d[be / 16], m[be / 16];
-    F::decode(blk[b], u, d, m);
-    for (int t = 0; t < NT; ++t) {
-      const int64_t e = e0 + b * be, g = (t0 + t) * ng + e / 16;
-      const int8_t* qt = x.q + (t0 + t) * k + e;
-      for (int j = 0; j < be / 16; ++j) {
-        int32_t s = 0;
-        for (int i = 0; i < 16; ++i) s += static_cast<int32_t>(quant::code<F>(u[16 * j + i])) * qt[16 * j + i];
-        out[t] += d[j] * x.d[g + j] * static_cast<float>(s) + m[j] * x.s[g + j];
+  for (int r = 0; r < NR; ++r) {
+    const auto* blk = reinterpret_cast<const typename F::Block*>(rows[r] + nsb * U::kBytes);
+    for (int64_t b = 0; b < (k - e0) / be; ++b) {
+      alignas(32) uint8_t u[be];
+      float d[be / 16], m[be / 16];
+      F::decode(blk[b], u, d, m);
+      for (int t = 0; t < NT; ++t) {
+        const int64_t e = e0 + b * be, g = (t0 + t) * ng + e / 16;
+        const int8_t* qt = x.q + (t0 + t) * k + e;
+        for (int j = 0; j < be / 16; ++j) {
+          int32_t s = 0;
+          for (int i = 0; i < 16; ++i)
+            s += static_cast<int32_t>(quant::code<F>(u[16 * j + i])) * qt[16 * j + i];
+          out[r * NT + t] += d[j] * x.d[g + j] * static_cast<float>(s) + m[j] * x.s[g + j];
+        }
       }
     }
   }
 }
 
-// y[t * ldy + r] = post * dot(x_t, w_r) for t < n, r in [r0, r1), tokens in tiles of 4.
+// y[t * ldy + r] = post * dot(x_t, w_r) for t < n, r in [r0, r1), tokens in tiles of 4. One
+// token (GEMV) walks the two halves of the row range side by side: two memory streams.
 template <class Q, class F>
 void gemm_fused(const QActs& x, int64_t n, int64_t k, const uint8_t* w, size_t row_bytes,
                 int64_t r0, int64_t r1, float post, float* y, int64_t ldy) {
+  if (n == 1) {
+    const int64_t half = (r1 - r0) / 2;
+    for (int64_t i = 0; i < half; ++i) {
+      const uint8_t* rows[2] = {w + (r0 + i) * row_bytes, w + (r0 + half + i) * row_bytes};
+      float out[2];
+      fused_rows<Q, F, 2, 1>(rows, k, x, 0, out);
+      y[r0 + i] = post * out[0];
+      y[r0 + half + i] = post * out[1];
+    }
+    if ((r1 - r0) % 2) {
+      const uint8_t* row = w + (r1 - 1) * row_bytes;
+      float out;
+      fused_rows<Q, F, 1, 1>(&row, k, x, 0, &out);
+      y[r1 - 1] = post * out;
+    }
+    return;
+  }
   for (int64_t r = r0; r < r1; ++r) {
     const uint8_t* row = w + r * row_bytes;
     float out[4];
     for (int64_t t0 = 0; t0 < n; t0 += 4) {
       const int64_t nt = n - t0 < 4 ? n - t0 : 4;
       switch (nt) {
-        case 1: fused_row<Q, F, 1>(row, k, x, t0, out); break;
-        case 2: fused_row<Q, F, 2>(row, k, x, t0, out); break;
-        case 3: fused_row<Q, F, 3>(row, k, x, t0, out); break;
-        default: fused_row<Q, F, 4>(row, k, x, t0, out); break;
+        case 1: fused_rows<Q, F, 1, 1>(&row, k, x, t0, out); break;
+        case 2: fused_rows<Q, F, 1, 2>(&row, k, x, t0, out); break;
+        case 3: fused_rows<Q, F, 1, 3>(&row, k, x, t0, out); break;
+        default: fused_rows<Q, F, 1, 4>(&row, k, x, t0, out); break;
       }
       for (int64_t t = 0; t < nt; ++t) y[(t0 + t) * ldy + r] = post * out[t];
     }
