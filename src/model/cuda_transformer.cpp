@@ -151,12 +151,17 @@ CudaTransformer::CudaTransformer(const Model& model, int64_t capacity, int64_t m
       rope_(c_.rope, c_.head_dim) {
   FT_CHECK(capacity > 0 && max_chunk > 0 && max_seqs > 0, "CudaTransformer: bad sizes");
   if (cuda::device_count() == 0) fail("no CUDA device: run on the CPU backend instead");
-  if (c_.attn_sinks || c_.sliding_window > 0 || c_.moe_bias ||
-      c_.expert_act.kind != ExpertActivation::Kind::SILU)
-    fail("{}: the CUDA backend does not run attention sinks, sliding windows, MoE biases or the "
-         "clamped SwiGLU yet (gpt-oss); use --moe-backend cpu", c_.model_type);
   const auto& w = model.weights();
   const HostExperts* host = offload.experts;
+  if ((c_.moe_bias || c_.expert_act.kind != ExpertActivation::Kind::SILU) && host &&
+      offload.mode == MoeMode::HYBRID)
+    fail("{}: HYBRID offload does not run expert biases or the clamped SwiGLU on its CPU share "
+         "(gpt-oss); use --moe-backend offload", c_.model_type);
+  // The fixture's parity holds with f32 KV; over a bf16 cache its logits leave the tolerance
+  // the other families meet (H200, both bf16 kernels alike), so bf16 stays refused for now.
+  if ((c_.attn_sinks || c_.sliding_window > 0) && kv_dtype == DType::BF16)
+    fail("{}: attention sinks / sliding windows over a bf16 KV cache are not validated on CUDA "
+         "yet (gpt-oss); use --kv-dtype f32", c_.model_type);
   if (host) {
     FT_CHECK(host->n_layers == c_.n_layers && host->n_experts == c_.n_experts &&
                  host->hidden == c_.hidden,
@@ -180,6 +185,10 @@ CudaTransformer::CudaTransformer(const Model& model, int64_t capacity, int64_t m
     d.q_bias = upload(L.q.bias), d.k_bias = upload(L.k.bias), d.v_bias = upload(L.v.bias);
     d.o_bias = upload(L.o.bias);
     if (!L.gate.empty()) d.gate = upload(L.gate), d.up = upload(L.up), d.down = upload(L.down);
+    d.sinks = upload(L.sinks);  // gpt-oss (null when empty)
+    d.router_bias = upload(L.router_bias);
+    d.gate_bias = upload(L.expert_gate_bias), d.up_bias = upload(L.expert_up_bias);
+    d.down_bias = upload(L.expert_down_bias);
     if (!L.router.empty()) {
       d.router = upload(L.router);
       if (!host) d.experts = upload_experts(L.experts);
@@ -537,7 +546,9 @@ void CudaTransformer::attention_block(int64_t l, std::span<const CudaSeqStep> st
                      .seq = seq_.as<int32_t>(),
                      .seq_stride = seq_stride_,
                      .kv_dtype = kv_dtype_,
-                     .split = attention_split()});
+                     .split = attention_split(),
+                     .sinks = L.sinks,
+                     .window = c_.window(l)});
     if (qg) cuda::attn_output_gate(att, qg, n, c_.n_heads, hd);
     tp_zero_residual(n);  // tensor parallel: ranks > 0 add only their partial
     const cuda::GemvOut o{.w = L.o, .y = x, .bias = L.o_bias, .accumulate = true};
@@ -556,7 +567,9 @@ void CudaTransformer::attention_block(int64_t l, std::span<const CudaSeqStep> st
                      .head_dim = hd,
                      .scale = scale,
                      .out = att + off * qd,
-                     .kv_dtype = kv_dtype_});
+                     .kv_dtype = kv_dtype_,
+                     .sinks = L.sinks,
+                     .window = c_.window(l)});
     off += s.n;
   }
   if (qg) cuda::attn_output_gate(att, qg, n, c_.n_heads, hd);
@@ -575,7 +588,7 @@ void CudaTransformer::ffn_block(int64_t l, int64_t n) {
   if (n <= cuda::k_gemv_max_tokens) {  // FFN norm fused into the router / gate+up GEMVs
     const cuda::GemvNorm norm{.w = L.ffn_norm, .eps = c_.rms_eps, .x_out = xn};
     if (moe) {
-      const cuda::GemvOut r{.w = L.router, .y = router_.as<float>()};
+      const cuda::GemvOut r{.w = L.router, .y = router_.as<float>(), .bias = L.router_bias};
       const cuda::GemvRoute route{.top_k = c_.top_k,
                                   .renormalize = c_.norm_topk_prob,
                                   .ids = route_ids_.as<int32_t>(),
@@ -614,7 +627,7 @@ void CudaTransformer::moe_block(int64_t l, int64_t n, bool routed) {
   const Layer& L = layers_[l];
   int32_t* ids = route_ids_.as<int32_t>();
   if (!routed) {
-    cuda::matmul(*blas_, xn_.as<float>(), n, L.router, router_.as<float>());
+    cuda::matmul(*blas_, xn_.as<float>(), n, L.router, router_.as<float>(), L.router_bias);
     cuda::route_topk_softmax(router_.as<float>(), n, c_.n_experts, c_.top_k, c_.norm_topk_prob, ids,
                              route_w_.as<float>());
   }
@@ -625,6 +638,16 @@ void CudaTransformer::moe_block(int64_t l, int64_t n, bool routed) {
                   .top_k = c_.top_k,
                   .out = x_.as<float>(),
                   .accumulate = true};
+  // gpt-oss: expert biases (by the routed ids: a.ids may become pool slots) and the clamped
+  // SwiGLU; the launches copy it, so a local outlives them.
+  const cuda::MoeOss oss{.expert_ids = ids,
+                         .gate_bias = L.gate_bias,
+                         .up_bias = L.up_bias,
+                         .down_bias = L.down_bias,
+                         .clamped = c_.expert_act.kind == ExpertActivation::Kind::SWIGLU_OAI,
+                         .alpha = c_.expert_act.alpha,
+                         .limit = c_.expert_act.limit};
+  if (oss.gate_bias || oss.up_bias || oss.down_bias || oss.clamped) a.oss = &oss;
   if (!store_) {
     mark(StepPhase::HITS);
     cuda::moe_experts(*blas_, L.experts, a, *moe_);

@@ -174,6 +174,9 @@ class CudaTransformer {
     const float *q_bias, *k_bias, *v_bias, *o_bias;
     cuda::DeviceMatrix gate, up, down, router;  // dense FFN or the router
     cuda::DeviceExperts experts;
+    // gpt-oss (h6g; null otherwise): attention sink logits [n_heads], router bias [E], expert
+    // biases gate/up [E, I] and down [E, H] (resident even when the experts are offloaded).
+    const float *sinks, *router_bias, *gate_bias, *up_bias, *down_bias;
   };
   cuda::DeviceMatrix upload(const TensorView& t);
   const float* upload(const std::vector<float>& v);  // nullptr when empty

@@ -214,11 +214,27 @@ std::string batch(const std::string& dir, Slots slots, MoeMode mode = MoeMode::O
   }
   return err;
 }
+
+// A configuration CudaTransformer cannot run for a model (gpt-oss: HYBRID offload, a bf16 KV
+// cache) is refused at construction with one line naming `needle`.
+std::string refused(const std::string& dir, Slots s, MoeMode mode, DType kv,
+                    const std::string& needle) {
+  Reference r = load(dir);
+  try {
+    Runner run(*r.model, 64, 64, s, mode, 1, kv);
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    if (what.find(needle) == std::string::npos || what.find('\n') != std::string::npos)
+      return "refusal: unexpected message: " + what + "\n";
+    return "";
+  }
+  return "refusal: " + needle + " was accepted\n";
+}
 }  // namespace
 
 const std::vector<std::string>& fixture_names() {
   static const std::vector<std::string> names = {"qwen3_moe", "qwen3_moe_yarn", "mixtral", "olmoe",
-                                                  "qwen3_5_moe", "qwen3_next"};
+                                                  "qwen3_5_moe", "qwen3_next", "gpt_oss"};
   return names;
 }
 
@@ -240,12 +256,28 @@ std::vector<Check> model_checks(const std::string& fixtures_dir) {
     out.push_back({f + "/decode_greedy_eager", [dir] { return decode(dir, Slots::RESIDENT, false); }});
     out.push_back({f + "/offload_min/decode_greedy_eager",
                    [dir] { return decode(dir, Slots::MIN, false); }});
+    // gpt-oss (expert biases, clamped SwiGLU): HYBRID's CPU share lacks them, so it refuses;
+    // its bf16 KV parity is not reached yet, so that refuses too (f32 KV checks only).
+    const bool oss = f == "gpt_oss", refuses_hybrid = oss;
+    if (refuses_hybrid)
+      out.push_back({f + "/offload_min/hybrid_refused", [dir] {
+                       return refused(dir, Slots::MIN, MoeMode::HYBRID, DType::F32, "HYBRID");
+                     }});
     for (auto [s, name] : {std::pair{Slots::MIN, "min"}, std::pair{Slots::HALF, "half"}})
-      out.push_back({f + "/offload_" + name + "/hybrid_decode_greedy",
-                     [dir, s] { return decode(dir, s, false, MoeMode::HYBRID); }});
+      if (!refuses_hybrid)
+        out.push_back({f + "/offload_" + name + "/hybrid_decode_greedy",
+                       [dir, s] { return decode(dir, s, false, MoeMode::HYBRID); }});
     out.push_back({f + "/batch", [dir] { return batch(dir, Slots::RESIDENT); }});
     // BF16 KV cache (serving's): flash prefill / flash-decoding kernels, looser tolerance.
     const DType bf = DType::BF16;
+    if (oss) {
+      out.push_back({f + "/bf16_kv/refused", [dir] {
+                       return refused(dir, Slots::RESIDENT, MoeMode::OFFLOAD, DType::BF16,
+                                      "--kv-dtype f32");
+                     }});
+      out.push_back({f + "/offload_min/batch", [dir] { return batch(dir, Slots::MIN); }});
+      continue;
+    }
     out.push_back({f + "/bf16_kv/prefill", [=] { return prefill(dir, 64, Slots::RESIDENT, bf); }});
     out.push_back({f + "/bf16_kv/prefill_chunked", [=] { return prefill(dir, 7, Slots::MIN, bf); }});
     out.push_back({f + "/bf16_kv/decode_greedy",
@@ -253,8 +285,9 @@ std::vector<Check> model_checks(const std::string& fixtures_dir) {
     out.push_back({f + "/bf16_kv/offload_min/decode_greedy_eager",
                    [=] { return decode(dir, Slots::MIN, false, MoeMode::OFFLOAD, bf); }});
     out.push_back({f + "/offload_min/batch", [dir] { return batch(dir, Slots::MIN); }});
-    out.push_back({f + "/offload_min/hybrid_batch",
-                   [dir] { return batch(dir, Slots::MIN, MoeMode::HYBRID); }});
+    if (!refuses_hybrid)
+      out.push_back({f + "/offload_min/hybrid_batch",
+                     [dir] { return batch(dir, Slots::MIN, MoeMode::HYBRID); }});
   }
   return out;
 }

@@ -376,6 +376,26 @@ class MoeWorkspace {
 // (token, k), then one down GEMV over all k fused with the weighted combine, no host sync; an
 // id < 0 is skipped (an expert computed elsewhere, e.g. on the CPU). Prefill: count -> offsets
 // -> gather -> per-expert matmul (host reads the offsets) -> weighted combine in top-k order.
+// gpt-oss experts (h6g; moe_oss.cu): expert biases and the clamped SwiGLU on every
+// moe_experts path but the mixed-format decode. expert_ids [n, top_k]: the routed expert ids
+// (MoeArgs::ids may be pool slots); the biases stay resident per layer. clamped: act =
+// min(g, limit) * sigmoid(alpha * min(g, limit)) * (clamp(u, -limit, limit) + 1), else silu(g)*u.
+struct MoeOss {
+  const int32_t* expert_ids = nullptr;
+  const float* gate_bias = nullptr;  // [n_experts, inter] or null
+  const float* up_bias = nullptr;    // [n_experts, inter] or null
+  const float* down_bias = nullptr;  // [n_experts, hidden] or null
+  bool clamped = false;
+  float alpha = 1.702f, limit = 7.f;
+};
+// gate[r] = act(gate[r] + gate_bias[e], up[r] + up_bias[e]) over rows of width inter, with
+// e = expert_ids[row_slot ? row_slot[r] : r] (rows whose e < 0 are left alone).
+void moe_oss_act(const MoeOss& o, float* gate, const float* up, int64_t rows, int64_t inter,
+                 const int32_t* row_slot);
+// out[t] += sum_k weights[t, k] * down_bias[expert_ids[t, k]] (k ascending; e < 0 skipped).
+void moe_oss_down_bias(const MoeOss& o, const float* weights, int64_t n, int64_t top_k,
+                       int64_t hidden, float* out);
+
 struct MoeArgs {
   const float* x;  // [n, hidden]
   int64_t n;
@@ -384,6 +404,7 @@ struct MoeArgs {
   int64_t top_k;
   float* out;  // [n, hidden]
   bool accumulate = false;
+  const MoeOss* oss = nullptr;  // gpt-oss biases / activation (h6g) or null
 };
 void moe_experts(Blas& blas, const DeviceExperts& e, const MoeArgs& a, MoeWorkspace& ws);
 

@@ -23,7 +23,7 @@ template <typename W, bool VEC>
 __global__ void gate_up_kernel(const float* __restrict__ x, const int32_t* __restrict__ ids,
                                int top_k, const W* __restrict__ gate, const W* __restrict__ up,
                                int64_t hidden, int64_t inter, bool stage,
-                               float* __restrict__ act) {
+                               float* __restrict__ act, float* __restrict__ up_raw = nullptr) {
   extern __shared__ float4 gu_smem[];
   pdl_wait();
   pdl_trigger();
@@ -56,7 +56,10 @@ __global__ void gate_up_kernel(const float* __restrict__ x, const int32_t* __res
     warp_dot_partial<W, VEC, 1>(xt, hidden, ws[1], hidden, u);
     gs = warp_sum(g[0]), us = warp_sum(u[0]);
   }
-  if (threadIdx.x == 0) act[s * inter + r] = silu(gs) * us;
+  if (threadIdx.x == 0 && up_raw)  // gpt-oss: raw gate and up (moe_oss_act follows)
+    act[s * inter + r] = gs, up_raw[s * inter + r] = us;
+  else if (threadIdx.x == 0)
+    act[s * inter + r] = silu(gs) * us;
 }
 
 // out[t, r] (+)= sum_k w[t, k] * (act[t*top_k+k] . down[ids][r]), k ascending (ids < 0
@@ -162,6 +165,7 @@ __global__ void gather_kernel(const float* __restrict__ x, const int32_t* __rest
 void decode(const DeviceExperts& e, const MoeArgs& a, MoeWorkspace& ws) {
   const int64_t slots = a.n * a.top_k, H = e.hidden, I = e.inter;
   float* act = ws.act.as<float>();
+  float* up_raw = a.oss ? ws.up.as<float>() : nullptr;  // gpt-oss: gate and up kept apart
   const int k = static_cast<int>(a.top_k);
   dispatch_weight_type(e.dtype, [&](auto tag) {
     using W = typename decltype(tag)::type;
@@ -179,10 +183,11 @@ void decode(const DeviceExperts& e, const MoeArgs& a, MoeWorkspace& ws) {
     const size_t sm_gu = st_gu ? H * sizeof(float) : 0;
     if (vec_gu)
       launch_kernel(gate_up_kernel<W, true>, grid_gu, block, sm_gu, a.x, a.ids, k, g, u, H, I,
-                    st_gu, act);
+                    st_gu, act, up_raw);
     else
       launch_kernel(gate_up_kernel<W, false>, grid_gu, block, 0, a.x, a.ids, k, g, u, H, I, false,
-                    act);
+                    act, up_raw);
+    if (a.oss) moe_oss_act(*a.oss, act, up_raw, slots, I, nullptr);
     const bool st_d = vec_d && a.top_k * I * sizeof(float) <= k_stage_smem;
     const size_t sm_d = st_d ? a.top_k * I * sizeof(float) : 0;
     if (vec_d)
@@ -202,7 +207,10 @@ void decode_quant(const DeviceExperts& e, const MoeArgs& a, MoeWorkspace& ws) {
   quant_experts_gemv({.x = a.x, .x_slot = H, .x_div = k, .ids = a.ids, .slots = slots,
                       .w = {e.gate, e.up}, .y = {act, up}, .count = 2, .dtype = e.dtype,
                       .rows = I, .cols = H, .y_slot = I});
-  silu_mul(act, up, slots * I, act);
+  if (a.oss)
+    moe_oss_act(*a.oss, act, up, slots, I, nullptr);  // gpt-oss: biases, clamped SwiGLU
+  else
+    silu_mul(act, up, slots * I, act);
   quant_experts_gemv({.x = act, .x_slot = I, .x_div = 1, .ids = a.ids, .slots = slots,
                       .w = {e.down, nullptr}, .y = {d, nullptr}, .count = 1, .dtype = e.dtype,
                       .rows = H, .cols = I, .y_slot = H});
@@ -237,7 +245,10 @@ void prefill(Blas& blas, const DeviceExperts& e, const MoeArgs& a, MoeWorkspace&
     matmul(blas, xs + r0 * H, cnt, mat(e.gate, ex, I, H), act + r0 * I);
     matmul(blas, xs + r0 * H, cnt, mat(e.up, ex, I, H), up + r0 * I);
   }
-  silu_mul(act, up, slots * I, act);
+  if (a.oss)
+    moe_oss_act(*a.oss, act, up, slots, I, row_slot);  // gpt-oss: biases, clamped SwiGLU
+  else
+    silu_mul(act, up, slots * I, act);
   for (int64_t ex = 0; ex < E; ++ex) {
     const int64_t r0 = ws.host_offsets[ex], cnt = ws.host_offsets[ex + 1] - r0;
     if (cnt > 0) matmul(blas, act + r0 * I, cnt, mat(e.down, ex, H, I), d + r0 * H);
@@ -263,6 +274,10 @@ MoeWorkspace::MoeWorkspace(int64_t max_tokens_, int64_t top_k_, int64_t n_expert
       slot_row(max_tokens_ * top_k_ * sizeof(int32_t)),
       host_offsets(n_experts_ + 1) {}
 
+// The path by size and formats (moe_experts adds gpt-oss's down bias after it).
+static void moe_experts_core(Blas& blas, const DeviceExperts& e, const MoeArgs& a,
+                             MoeWorkspace& ws);
+
 void moe_experts(Blas& blas, const DeviceExperts& e, const MoeArgs& a, MoeWorkspace& ws) {
   FT_CHECK(e.gate && e.up && e.down && e.n_experts > 0 && e.hidden > 0 && e.inter > 0,
            "moe_experts: empty experts");
@@ -271,6 +286,16 @@ void moe_experts(Blas& blas, const DeviceExperts& e, const MoeArgs& a, MoeWorksp
            "moe_experts: {} tokens x top-{} do not fit the workspace ({} x top-{})", a.n, a.top_k,
            ws.max_tokens, ws.top_k);
   if (a.n == 0) return;
+  if (a.oss) {  // gpt-oss: every path below applies the activation; the down bias after
+    FT_CHECK(a.oss->expert_ids, "moe_experts: gpt-oss without expert ids");
+    moe_experts_core(blas, e, a, ws);
+    return moe_oss_down_bias(*a.oss, a.weights, a.n, a.top_k, e.hidden, a.out);
+  }
+  moe_experts_core(blas, e, a, ws);
+}
+
+static void moe_experts_core(Blas& blas, const DeviceExperts& e, const MoeArgs& a,
+                             MoeWorkspace& ws) {
   if (a.n <= k_gemv_max_tokens && dtype_is_quant(e.dtype))
     decode_quant(e, a, ws);
   else if (a.n <= k_gemv_max_tokens)
