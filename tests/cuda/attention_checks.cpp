@@ -65,7 +65,8 @@ void reference(ThreadPool& pool, const Shape& s, const float* q, const float* kc
       double mx = s.sinks ? sinks[h] : -INFINITY;
       for (int64_t j = lo; j <= pos; ++j) {
         double d = 0;
-        for (int64_t e = 0; e < s.hd; ++e) d += double(q[t * qd + h * s.hd + e]) * kc[j * kvd + g * s.hd + e];
+        for (int64_t e = 0; e < s.hd; ++e)
+          d += double(q[t * qd + h * s.hd + e]) * kc[j * kvd + g * s.hd + e];
         sc[j] = d * scale;
         mx = std::max(mx, sc[j]);
       }
@@ -95,8 +96,8 @@ std::string rows_close(const std::vector<float>& got, const std::vector<float>& 
     }
   }
   if (worst <= 1.f) return "";
-  return fmt::format("{}: |d| {:.3g}x the bound at {} (got {}, ref {})\n", what, worst, at,
-                     got[at], ref[at]);
+  return fmt::format("{}: |d| {:.3g}x the bound at {} (got {}, ref {})\n", what, worst, at, got[at],
+                     ref[at]);
 }
 
 // The flash prefill kernel (or the decode kernel for head dims it lacks) on bf16 caches vs the
@@ -132,12 +133,21 @@ std::string check_flash(const Shape& s, uint32_t seed) {
 }
 
 std::string check_flash_all() {
-  const Shape shapes[] = {
-      {8, 8, 64, 1, 0},       {8, 8, 64, 7, 100},     {8, 2, 128, 130, 0},
-      {8, 2, 128, 64, 4000},  {16, 2, 128, 1000, 0},  {16, 2, 128, 700, 4300},
-      {8, 1, 256, 100, 50},   {4, 4, 32, 33, 5},      {8, 2, 96, 40, 10},
-      {32, 4, 128, 257, 1024}, {8, 2, 64, 300, 100, 64, true}, {8, 2, 128, 200, 0, 0, true},
-      {8, 4, 128, 150, 900, 128}, {4, 1, 256, 77, 3}, {12, 4, 64, 513, 0}};
+  const Shape shapes[] = {{8, 8, 64, 1, 0},
+                          {8, 8, 64, 7, 100},
+                          {8, 2, 128, 130, 0},
+                          {8, 2, 128, 64, 4000},
+                          {16, 2, 128, 1000, 0},
+                          {16, 2, 128, 700, 4300},
+                          {8, 1, 256, 100, 50},
+                          {4, 4, 32, 33, 5},
+                          {8, 2, 96, 40, 10},
+                          {32, 4, 128, 257, 1024},
+                          {8, 2, 64, 300, 100, 64, true},
+                          {8, 2, 128, 200, 0, 0, true},
+                          {8, 4, 128, 150, 900, 128},
+                          {4, 1, 256, 77, 3},
+                          {12, 4, 64, 513, 0}};
   std::string err;
   uint32_t seed = 100;
   for (const Shape& s : shapes) err += check_flash(s, seed += 7);
@@ -172,28 +182,28 @@ std::string check_decode(bool window_sinks) {
     return ref;
   };
   auto args = [&](bool split) {
-    return cuda::AttentionArgs{.q = dq.as<float>(),
-                               .n_tokens = S,
-                               .pos0 = 0,
-                               .k_cache = dk.data(),
-                               .v_cache = dv.data(),
-                               .n_heads = heads,
-                               .n_kv_heads = kv_heads,
-                               .head_dim = hd,
-                               .scale = 1.f / std::sqrt(static_cast<float>(hd)),
-                               .out = dout.as<float>(),
-                               .kernel = cuda::AttentionKernel::PER_TOKEN,
-                               .pos = dpos.as<int32_t>(),
-                               .seq = dseq.as<int32_t>(),
-                               .seq_stride = cap * kvd,
-                               .kv_dtype = DType::BF16,
-                               .split = split ? cuda::AttentionSplit{.partial = part.as<float>(),
-                                                                     .counters =
-                                                                         counters.as<uint32_t>(),
-                                                                     .max_splits = max_splits}
-                                              : cuda::AttentionSplit{},
-                               .sinks = window_sinks ? ds.as<float>() : nullptr,
-                               .window = window};
+    return cuda::AttentionArgs{
+        .q = dq.as<float>(),
+        .n_tokens = S,
+        .pos0 = 0,
+        .k_cache = dk.data(),
+        .v_cache = dv.data(),
+        .n_heads = heads,
+        .n_kv_heads = kv_heads,
+        .head_dim = hd,
+        .scale = 1.f / std::sqrt(static_cast<float>(hd)),
+        .out = dout.as<float>(),
+        .kernel = cuda::AttentionKernel::PER_TOKEN,
+        .pos = dpos.as<int32_t>(),
+        .seq = dseq.as<int32_t>(),
+        .seq_stride = cap * kvd,
+        .kv_dtype = DType::BF16,
+        .split = split ? cuda::AttentionSplit{.partial = part.as<float>(),
+                                              .counters = counters.as<uint32_t>(),
+                                              .max_splits = max_splits}
+                       : cuda::AttentionSplit{},
+        .sinks = window_sinks ? ds.as<float>() : nullptr,
+        .window = window};
   };
   std::string err;
   const std::string tag = window_sinks ? "decode (window, sinks)" : "decode";
@@ -215,8 +225,8 @@ std::string check_decode(bool window_sinks) {
   graph.capture_begin();
   cuda::attention(args(true));
   graph.capture_end();
-  for (const std::vector<int32_t>& p : {std::vector<int32_t>{5119, 1, 512},
-                                        std::vector<int32_t>{1023, 2048, 0}}) {
+  for (const std::vector<int32_t>& p :
+       {std::vector<int32_t>{5119, 1, 512}, std::vector<int32_t>{1023, 2048, 0}}) {
     dpos.upload(p.data(), p.size() * sizeof(int32_t));
     graph.launch();
     cuda::stream_synchronize();
@@ -276,13 +286,20 @@ std::string check_store_bf16() {
 
 // HostExperts::copy_of reports monotone progress ending at total_bytes().
 std::string check_copy_progress() {
-  auto model = Model::synthetic(synthetic_moe_config({.layers = 3, .experts = 8, .top_k = 2,
-                                                      .hidden = 64, .expert_dim = 32, .heads = 4,
-                                                      .kv_heads = 2, .head_dim = 16, .vocab = 64}),
+  auto model = Model::synthetic(synthetic_moe_config({.layers = 3,
+                                                      .experts = 8,
+                                                      .top_k = 2,
+                                                      .hidden = 64,
+                                                      .expert_dim = 32,
+                                                      .heads = 4,
+                                                      .kv_heads = 2,
+                                                      .head_dim = 16,
+                                                      .vocab = 64}),
                                 5);
   std::vector<std::pair<size_t, size_t>> calls;
-  const HostExperts h =
-      HostExperts::copy_of(*model, [&](size_t done, size_t total) { calls.push_back({done, total}); });
+  const HostExperts h = HostExperts::copy_of(*model, [&](size_t done, size_t total) {
+    calls.push_back({done, total});
+  });
   if (calls.empty()) return "copy_of: no progress reported\n";
   for (size_t i = 0; i < calls.size(); ++i) {
     if (calls[i].second != h.total_bytes())
@@ -318,7 +335,8 @@ std::string flash_attention_benchmark() {
     const auto t0 = std::chrono::steady_clock::now();
     for (int i = 0; i < reps; ++i) cuda::attention(a);
     cuda::synchronize();
-    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() /
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
+               .count() /
            reps;
   };
   for (int64_t pos0 : {int64_t{0}, len - n})
@@ -338,8 +356,8 @@ std::string flash_attention_benchmark() {
       const double pairs = double(n) * pos0 + n * (n + 1) / 2.0;
       out += fmt::format(
           "attention prefill {} n {} pos0 {} heads {}/{} hd {}: {:.3f} ms, {:.1f} TFLOP/s\n",
-          bf ? "flash bf16 KV (mma.sync)" : "tensor f32 KV (TF32 x3)", n, pos0, heads, kv_heads,
-          hd, ms, 4.0 * hd * heads * pairs / (ms * 1e-3) / 1e12);
+          bf ? "flash bf16 KV (mma.sync)" : "tensor f32 KV (TF32 x3)", n, pos0, heads, kv_heads, hd,
+          ms, 4.0 * hd * heads * pairs / (ms * 1e-3) / 1e12);
     }
   return out;
 }

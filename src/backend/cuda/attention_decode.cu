@@ -27,7 +27,8 @@ __device__ __forceinline__ float ld(const __nv_bfloat16* p) { return __bfloat162
 // ---- kernels
 // T: cache element; DPL: head dims per lane (head_dim <= 32 * DPL).
 template <typename T, int DPL>
-__global__ void __launch_bounds__(32 * k_warps) decode_kernel(const __grid_constant__ AttentionArgs a) {
+__global__ void __launch_bounds__(32 * k_warps)
+    decode_kernel(const __grid_constant__ AttentionArgs a) {
   pdl_wait();
   pdl_trigger();
   const int64_t h = blockIdx.x, t = blockIdx.y, split = blockIdx.z;
@@ -191,8 +192,8 @@ int64_t attention_split_floats(int64_t n_tokens, int64_t n_heads, int64_t head_d
 
 // ---- launcher (attention() dispatches BF16 decode here)
 void attention_decode(const AttentionArgs& a) {
-  FT_CHECK(a.n_heads > 0 && a.n_kv_heads > 0 && a.n_heads % a.n_kv_heads == 0 &&
-               a.head_dim > 0 && a.head_dim <= 256 && a.window >= 0 &&
+  FT_CHECK(a.n_heads > 0 && a.n_kv_heads > 0 && a.n_heads % a.n_kv_heads == 0 && a.head_dim > 0 &&
+               a.head_dim <= 256 && a.window >= 0 &&
                (a.kv_dtype == DType::F32 || a.kv_dtype == DType::BF16),
            "attention_decode: bad shape (heads {}, kv heads {}, head_dim {})", a.n_heads,
            a.n_kv_heads, a.head_dim);

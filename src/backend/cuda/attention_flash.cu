@@ -85,9 +85,9 @@ __global__ void __launch_bounds__(32 * k_warps)
   constexpr int BK = bk<HD>(), P = pitch<HD>(), NT = BK / 8, DT = HD / 8;
   extern __shared__ float4 smem4[];
   __nv_bfloat16* qs = reinterpret_cast<__nv_bfloat16*>(smem4);  // [k_rows][P] hi
-  __nv_bfloat16* ql = qs + k_rows * P;                           // [k_rows][P] lo
-  __nv_bfloat16* ks = ql + k_rows * P;                           // [2][BK][P]
-  __nv_bfloat16* vs = ks + 2 * BK * P;                           // [2][BK][P]
+  __nv_bfloat16* ql = qs + k_rows * P;                          // [k_rows][P] lo
+  __nv_bfloat16* ks = ql + k_rows * P;                          // [2][BK][P]
+  __nv_bfloat16* vs = ks + 2 * BK * P;                          // [2][BK][P]
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int gid = lane >> 2, tig = lane & 3;
   const int64_t G = a.n_heads / a.n_kv_heads, g = blockIdx.y;
@@ -118,7 +118,8 @@ __global__ void __launch_bounds__(32 * k_warps)
   const int pb = Rb < n_rows ? static_cast<int>(a.pos0 + Rb / G) : -1;
   const int win = static_cast<int>(a.window);
   const int w_max = __reduce_max_sync(0xffffffffu, max(pa, pb));
-  const int w_min = __reduce_min_sync(0xffffffffu, min(pa < 0 ? INT32_MAX : pa, pb < 0 ? INT32_MAX : pb));
+  const int w_min =
+      __reduce_min_sync(0xffffffffu, min(pa < 0 ? INT32_MAX : pa, pb < 0 ? INT32_MAX : pb));
   const bool w_partial = __any_sync(0xffffffffu, pa < 0 || pb < 0);
   // The block's keys: [k_begin, k_end).
   const int64_t last_row = min(r0 + k_rows, n_rows) - 1;
@@ -180,8 +181,7 @@ __global__ void __launch_bounds__(32 * k_warps)
         }
       }
       // Scale, mask, online softmax (rows a = gid, b = gid + 8; a quad shares a row).
-      const bool need_mask =
-          w_partial || kt + BK - 1 > w_min || (win > 0 && kt <= w_max - win);
+      const bool need_mask = w_partial || kt + BK - 1 > w_min || (win > 0 && kt <= w_max - win);
       float mx_a = -INFINITY, mx_b = -INFINITY;
 #pragma unroll
       for (int j = 0; j < NT; ++j) {
@@ -220,7 +220,7 @@ __global__ void __launch_bounds__(32 * k_warps)
       l_b = l_b * c_b + sum_b;
 #pragma unroll
       for (int j = 0; j < DT; ++j) o[j][0] *= c_a, o[j][1] *= c_a, o[j][2] *= c_b, o[j][3] *= c_b;
-      // O += P V: P's accumulator layout is the A operand layout, 16 keys at a time.
+        // O += P V: P's accumulator layout is the A operand layout, 16 keys at a time.
 #pragma unroll
       for (int kk = 0; kk < BK / 16; ++kk) {
         uint32_t pfrag[4], plo[4];  // P hi, lo
@@ -285,8 +285,8 @@ bool attention_flash_supported(int64_t head_dim) {
 
 // ---- launcher (attention() dispatches BF16 prefill here)
 void attention_flash(const AttentionArgs& a) {
-  FT_CHECK(a.kv_dtype == DType::BF16 && attention_flash_supported(a.head_dim) && !a.pos &&
-               !a.seq && a.window >= 0 && a.pos0 + a.n_tokens <= INT32_MAX,
+  FT_CHECK(a.kv_dtype == DType::BF16 && attention_flash_supported(a.head_dim) && !a.pos && !a.seq &&
+               a.window >= 0 && a.pos0 + a.n_tokens <= INT32_MAX,
            "attention_flash: needs bf16 caches, head_dim 32/64/128/256 and pos0-based positions "
            "(head_dim {})",
            a.head_dim);

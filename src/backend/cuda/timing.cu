@@ -14,7 +14,9 @@ TimingEvent::~TimingEvent() {
   if (handle_) cudaEventDestroy(static_cast<cudaEvent_t>(handle_));
 }
 
-void TimingEvent::record() { CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(handle_), stream())); }
+void TimingEvent::record() {
+  CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(handle_), stream()));
+}
 
 double TimingEvent::seconds_since(const TimingEvent& start) const {
   auto e = static_cast<cudaEvent_t>(handle_);
