@@ -231,8 +231,9 @@ int run(int argc, char** argv) {
   std::printf("kernels: %s (quant table %s), %d threads, fork-join %.2f us\n", cpu::kernels().isa,
               cpu::quant_kernels().isa, pool.size(), fork_join_us(pool));
   if (o.experts != 0)
-    std::printf("%lld experts of [%lld, %lld], 8 per grouped matmul, 1 token\n",
-                (long long)o.experts, (long long)o.rows, (long long)cols);  // -1: as many as fill --mib
+    std::printf("%s experts of [%lld, %lld], 8 per grouped matmul, 1 token\n",
+                o.experts < 0 ? "--mib worth of" : std::to_string(o.experts).c_str(),
+                (long long)o.rows, (long long)cols);
   else if (o.rows > 0)
     std::printf("matrix [%lld, %lld]\n", (long long)o.rows, (long long)cols);
   else
