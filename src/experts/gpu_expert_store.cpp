@@ -28,62 +28,145 @@ size_t HostExperts::total_bytes() const {
   return t;
 }
 
-HostExperts HostExperts::shape_of(const Model& model) {
+size_t HostExperts::layer_bytes(int64_t l) const { return n_experts * layer_expert_bytes(l); }
+
+size_t HostExperts::layer_expert_bytes(int64_t l) const {
+  return formats_[l][0].record + formats_[l][1].record + formats_[l][2].record;
+}
+
+const char* HostExperts::matrix(int64_t l, int m) const {
+  const char* b = static_cast<const char*>(layers_[l].data());
+  for (int k = 0; k < m; ++k) b += n_experts * formats_[l][k].record;
+  return b;
+}
+
+bool HostExperts::uniform() const {
+  for (int64_t l = 0; l < n_layers; ++l) {
+    if (formats_[l][0].record == 0) continue;  // dense layer
+    for (int m = 0; m < 3; ++m)
+      if (formats_[l][m].dtype != dtype || formats_[l][m].record != slot_[0]) return false;
+  }
+  return true;
+}
+
+size_t HostExperts::expert_matrix_bytes() const {
+  FT_CHECK(uniform(), "expert_matrix_bytes: the experts mix formats (use record_bytes)");
+  return slot_[0];
+}
+
+TensorView HostExperts::expert_view(int64_t l, int64_t e, int m) const {
+  const Format& f = formats_[l][m];
+  TensorView t;
+  t.dtype = f.dtype, t.ndim = 2, t.name = "expert";
+  t.shape = m < 2 ? std::array<int64_t, 4>{inter, hidden, 1, 1}
+                  : std::array<int64_t, 4>{hidden, inter, 1, 1};
+  const char* rec = matrix(l, m) + e * f.record;
+  t.data = rec;
+  const size_t so = cuda::expert_record(f.dtype, t.shape[0], t.shape[1]).scale_offset;
+  if (f.dtype == DType::F8_E4M3_B128) t.scale_inv = reinterpret_cast<const float*>(rec + so);
+  if (f.dtype == DType::NVFP4) t.global_scale = f.gscale[e];
+  return t;
+}
+
+cuda::DeviceExperts HostExperts::device_view(int64_t l, const char* gate, const char* up,
+                                             const char* down, int64_t count,
+                                             const size_t* stride) const {
+  cuda::DeviceExperts d{.gate = gate,
+                        .up = up,
+                        .down = down,
+                        .dtype = formats_[l][0].dtype,
+                        .n_experts = count,
+                        .hidden = hidden,
+                        .inter = inter};
+  for (int m = 0; m < 3; ++m) {
+    d.types[m] = formats_[l][m].dtype;
+    d.stride[m] = stride ? stride[m] : 0;
+    d.host_gscale[m] = host_gscale(l, m);
+  }
+  return d;
+}
+
+void HostExperts::set_formats(const Model& model) {
   const ModelConfig& c = model.config();
-  HostExperts h;
-  h.n_layers = c.n_layers;
-  h.n_experts = c.n_experts;
-  for (const auto& L : model.weights().layers) {
-    if (L.experts.empty()) continue;
-    if (h.moe_layers++ == 0) {
-      h.dtype = L.experts[0].gate.dtype;
-      h.inter = L.experts[0].gate.shape[0];
-      h.hidden = L.experts[0].gate.shape[1];
+  n_layers = c.n_layers;
+  n_experts = c.n_experts;
+  formats_.assign(n_layers, {});
+  moe_layers = 0;
+  for (int64_t l = 0; l < n_layers; ++l) {
+    const auto& ex = model.weights().layers[l].experts;
+    if (ex.empty()) continue;
+    FT_CHECK(static_cast<int64_t>(ex.size()) == n_experts, "layer {}: {} experts", l, ex.size());
+    if (moe_layers++ == 0) {
+      dtype = ex[0].gate.dtype;
+      inter = ex[0].gate.shape[0];
+      hidden = ex[0].gate.shape[1];
+    }
+    for (int m = 0; m < 3; ++m) {
+      const TensorView& t0 = m == 0 ? ex[0].gate : m == 1 ? ex[0].up : ex[0].down;
+      const int64_t rows = m < 2 ? inter : hidden, cols = m < 2 ? hidden : inter;
+      if (t0.ndim != 2 || t0.shape[0] != rows || t0.shape[1] != cols)
+        fail("{}: expert matrix is {}, expected [{}, {}]", t0.name, t0.shape_str(), rows, cols);
+      Format& f = formats_[l][m];
+      f.dtype = t0.dtype;
+      f.record = cuda::expert_record(t0.dtype, rows, cols).bytes;
+      slot_[m] = std::max(slot_[m], f.record);
     }
   }
+}
+
+void HostExperts::set_uniform(DType t) {
+  formats_.assign(n_layers, {});
+  for (int64_t l = 0; l < n_layers; ++l)
+    if (has_layer(l))
+      for (int m = 0; m < 3; ++m) {
+        formats_[l][m].dtype = t;
+        formats_[l][m].record = cuda::expert_record(t, inter, hidden).bytes;
+        slot_[m] = formats_[l][m].record;
+      }
+}
+
+HostExperts HostExperts::shape_of(const Model& model) {
+  HostExperts h;
+  h.set_formats(model);
   return h;
 }
 
 HostExperts HostExperts::copy_of(const Model& model,
                                  const std::function<void(size_t, size_t)>& progress) {
-  const ModelConfig& c = model.config();
-  const HostExperts shape = shape_of(model);  // progress: bytes of every MoE layer, per layer
-  const size_t total = shape.moe_layers * shape.n_experts * shape.expert_bytes();
-  size_t done = 0;
   HostExperts h;
-  h.n_layers = c.n_layers;
-  h.n_experts = c.n_experts;
-  h.layers_.resize(c.n_layers);
-  bool first = true;
-  for (int64_t l = 0; l < c.n_layers; ++l) {
+  h.set_formats(model);
+  h.layers_.resize(h.n_layers);
+  size_t total = 0, done = 0;  // progress: bytes of every MoE layer, reported per layer
+  for (int64_t l = 0; l < h.n_layers; ++l)
+    if (!model.weights().layers[l].experts.empty()) total += h.n_experts * h.layer_expert_bytes(l);
+  for (int64_t l = 0; l < h.n_layers; ++l) {
     const auto& ex = model.weights().layers[l].experts;
     if (ex.empty()) continue;
-    if (first) {
-      h.dtype = ex[0].gate.dtype;
-      h.inter = ex[0].gate.shape[0];
-      h.hidden = ex[0].gate.shape[1];
-      first = false;
-      if (h.dtype == DType::F8_E4M3_B128 || h.dtype == DType::NVFP4)
-        fail("{}: offloading {} experts is not supported yet (per-expert scales)",
-             ex[0].gate.name, dtype_name(h.dtype));
-      if (ex[0].down.dtype != h.dtype)
-        fail("{}: expert down is {} but gate/up are {}; offload needs one expert dtype",
-             ex[0].down.name, dtype_name(ex[0].down.dtype), dtype_name(h.dtype));
-    }
-    FT_CHECK(static_cast<int64_t>(ex.size()) == h.n_experts, "layer {}: {} experts", l, ex.size());
-    ++h.moe_layers;
-    h.layers_[l] = cuda::PinnedBuffer(3 * h.matrix_bytes());
-    char* base = static_cast<char*>(h.layers_[l].data());
-    const size_t each = h.expert_matrix_bytes();
-    for (int64_t e = 0; e < h.n_experts; ++e) {
-      const TensorView* m[3] = {&ex[e].gate, &ex[e].up, &ex[e].down};
-      for (int k = 0; k < 3; ++k) {
-        FT_CHECK(m[k]->dtype == h.dtype && m[k]->nbytes() == each,
-                 "{}: experts differ in dtype or shape", m[k]->name);
-        std::memcpy(base + k * h.matrix_bytes() + e * each, m[k]->data, each);
+    h.layers_[l] = cuda::PinnedBuffer(h.n_experts * h.layer_expert_bytes(l));
+    for (int m = 0; m < 3; ++m) {
+      Format& f = h.formats_[l][m];
+      char* stack = const_cast<char*>(h.matrix(l, m));
+      if (f.dtype == DType::NVFP4) f.gscale.resize(h.n_experts);
+      for (int64_t e = 0; e < h.n_experts; ++e) {
+        const TensorView& t = m == 0 ? ex[e].gate : m == 1 ? ex[e].up : ex[e].down;
+        const cuda::ExpertRecord rec = cuda::expert_record(f.dtype, t.shape[0], t.shape[1]);
+        FT_CHECK(t.dtype == f.dtype && t.nbytes() == rec.data && rec.bytes == f.record,
+                 "{}: experts of one layer differ in dtype or shape", t.name);
+        char* dst = stack + e * f.record;
+        std::memset(dst, 0, f.record);
+        std::memcpy(dst, t.data, rec.data);
+        if (f.dtype == DType::F8_E4M3_B128) {
+          FT_CHECK(t.scale_inv, "{}: FP8 expert without scale_inv", t.name);
+          std::memcpy(dst + rec.scale_offset, t.scale_inv,
+                      quant::fp8_b128_scale_count(t.shape[0], t.shape[1]) * sizeof(float));
+        }
+        if (f.dtype == DType::NVFP4) {
+          std::memcpy(dst + rec.scale_offset, &t.global_scale, sizeof(float));
+          f.gscale[e] = t.global_scale;
+        }
       }
     }
-    done += 3 * h.matrix_bytes();
+    done += h.n_experts * h.layer_expert_bytes(l);
     if (progress) progress(done, total);
   }
   return h;
@@ -147,11 +230,13 @@ HostExperts HostExperts::synthetic(const ModelConfig& c, uint64_t seed, int thre
   h.hidden = c.hidden;
   h.inter = c.expert_dim;
   h.layers_.resize(c.n_layers);
+  const size_t stacks = 3 * h.n_experts * cuda::expert_record(dtype, h.inter, h.hidden).bytes;
   for (int64_t l = 0; l < c.n_layers; ++l)
     if (c.layer_is_moe[l]) {
-      h.layers_[l] = cuda::PinnedBuffer(3 * h.matrix_bytes());
+      h.layers_[l] = cuda::PinnedBuffer(stacks);
       ++h.moe_layers;
     }
+  h.set_uniform(dtype);
   if (dtype != DType::BF16) return synthetic_quant(std::move(h), c, seed, threads);
   // One random block of uniform values (std 0.05) larger than a matrix; every matrix is a
   // copy of it from its own offset.
@@ -184,9 +269,9 @@ GpuExpertStore::GpuExpertStore(const HostExperts& host, int64_t slots, bool devi
     : host_(host),
       slots_(slots),
       all_resident_(slots == host.moe_layers * host.n_experts),
-      gate_(slots * host.expert_matrix_bytes()),
-      up_(slots * host.expert_matrix_bytes()),
-      down_(slots * host.expert_matrix_bytes()),
+      gate_(slots * host.slot_matrix_bytes(0)),
+      up_(slots * host.slot_matrix_bytes(1)),
+      down_(slots * host.slot_matrix_bytes(2)),
       cache_(host.n_layers, host.n_experts, slots),
       moe_index_(host.n_layers, -1),
       device_cache_(device_cache && slots < host.moe_layers * host.n_experts) {
@@ -241,17 +326,20 @@ void GpuExpertStore::ensure_device(int64_t l, const int32_t* ids, int64_t count,
                            .fetch = d_fetch_.as<int32_t>(),
                            .fetch_slot = d_fetch_slot_.as<int32_t>(),
                            .n_fetch = d_n_fetch_.as<int32_t>()});
-  const size_t mb = host_.matrix_bytes();
+  const size_t E = host_.n_experts, r0 = host_.record_bytes(l, 0), r1 = host_.record_bytes(l, 1);
   cuda::fetch_experts({.gate_src = dev_base_[l],
-                       .up_src = dev_base_[l] + mb,
-                       .down_src = dev_base_[l] + 2 * mb,
+                       .up_src = dev_base_[l] + E * r0,
+                       .down_src = dev_base_[l] + E * (r0 + r1),
                        .gate_dst = gate_.as<char>(),
                        .up_dst = up_.as<char>(),
                        .down_dst = down_.as<char>(),
-                       .matrix_bytes = host_.expert_matrix_bytes(),
+                       .matrix_bytes = r0,
                        .fetch = d_fetch_.as<int32_t>(),
                        .fetch_slot = d_fetch_slot_.as<int32_t>(),
-                       .n_fetch = d_n_fetch_.as<int32_t>()});
+                       .n_fetch = d_n_fetch_.as<int32_t>(),
+                       .bytes = {r0, r1, host_.record_bytes(l, 2)},
+                       .dst_stride = {host_.slot_matrix_bytes(0), host_.slot_matrix_bytes(1),
+                                      host_.slot_matrix_bytes(2)}});
 }
 
 ExpertCacheStats GpuExpertStore::cache_stats() const {
@@ -270,39 +358,46 @@ ExpertStoreStats GpuExpertStore::stats() const {
     int64_t c[cuda::k_slot_counters];
     cuda::copy_to_host(c, d_counters_.data(), sizeof(c));
     s.fetched_experts += c[cuda::SC_FETCHED];
+    // The device counts experts, not layers: a slot's bytes (exact unless formats mix).
     s.fetched_bytes += c[cuda::SC_FETCHED] * host_.expert_bytes();
   }
   return s;
 }
 
-cuda::DeviceExperts GpuExpertStore::view(int64_t first, int64_t count) const {
-  const size_t off = first * host_.expert_matrix_bytes();
-  return {.gate = gate_.as<char>() + off,
-          .up = up_.as<char>() + off,
-          .down = down_.as<char>() + off,
-          .dtype = host_.dtype,
-          .n_experts = count,
-          .hidden = host_.hidden,
-          .inter = host_.inter};
+// Slots [first, first + E) hold layer l's records back to back (each matrix's region is E
+// slots of the largest record, so the layer's E records fit from its start).
+cuda::DeviceExperts GpuExpertStore::view(int64_t l, int64_t first) const {
+  auto at = [&](const cuda::DeviceBuffer& b, int m) {
+    return b.as<char>() + first * host_.slot_matrix_bytes(m);
+  };
+  return host_.device_view(l, at(gate_, 0), at(up_, 1), at(down_, 2), host_.n_experts);
+}
+
+cuda::DeviceExperts GpuExpertStore::pool(int64_t l) const {
+  const size_t stride[3] = {host_.slot_matrix_bytes(0), host_.slot_matrix_bytes(1),
+                            host_.slot_matrix_bytes(2)};
+  return host_.device_view(l, gate_.as<char>(), up_.as<char>(), down_.as<char>(), slots_, stride);
 }
 
 cuda::DeviceExperts GpuExpertStore::resident(int64_t l) const {
   FT_CHECK(all_resident_ && moe_index_[l] >= 0, "layer {} is not resident", l);
-  return view(moe_index_[l] * host_.n_experts, host_.n_experts);
+  return view(l, moe_index_[l] * host_.n_experts);
 }
 
 void GpuExpertStore::copy_expert(int64_t l, int64_t e, int64_t slot) {
-  const size_t each = host_.expert_matrix_bytes();
-  copy_.copy_to_device(gate_.as<char>() + slot * each, host_.gate(l) + e * each, each);
-  copy_.copy_to_device(up_.as<char>() + slot * each, host_.up(l) + e * each, each);
-  copy_.copy_to_device(down_.as<char>() + slot * each, host_.down(l) + e * each, each);
+  char* dst[3] = {gate_.as<char>(), up_.as<char>(), down_.as<char>()};
+  for (int m = 0; m < 3; ++m) {
+    const size_t rec = host_.record_bytes(l, m);
+    copy_.copy_to_device(dst[m] + slot * host_.slot_matrix_bytes(m), host_.matrix(l, m) + e * rec,
+                         rec);
+  }
 }
 
 void GpuExpertStore::copy_layer(int64_t l, int64_t first) {
-  const size_t off = first * host_.expert_matrix_bytes(), bytes = host_.matrix_bytes();
-  copy_.copy_to_device(gate_.as<char>() + off, host_.gate(l), bytes);
-  copy_.copy_to_device(up_.as<char>() + off, host_.up(l), bytes);
-  copy_.copy_to_device(down_.as<char>() + off, host_.down(l), bytes);
+  char* dst[3] = {gate_.as<char>(), up_.as<char>(), down_.as<char>()};
+  for (int m = 0; m < 3; ++m)
+    copy_.copy_to_device(dst[m] + first * host_.slot_matrix_bytes(m), host_.matrix(l, m),
+                         host_.n_experts * host_.record_bytes(l, m));
 }
 
 int64_t GpuExpertStore::count_misses(int64_t l, const int32_t* ids, int64_t count) {
@@ -328,7 +423,7 @@ int64_t GpuExpertStore::ensure(int64_t l, const int32_t* ids, int64_t count, int
     copy_.record(copied_[0]);
     cuda::wait_on_default(copied_[0]);
     stats_.fetched_experts += static_cast<int64_t>(plan.fetch.size());
-    stats_.fetched_bytes += plan.fetch.size() * host_.expert_bytes();
+    stats_.fetched_bytes += plan.fetch.size() * host_.layer_expert_bytes(l);
   }
   for (int64_t i = 0; i < count; ++i) {
     const size_t d = std::find(distinct_.begin(), distinct_.end(), ids[i]) - distinct_.begin();
@@ -343,7 +438,7 @@ void GpuExpertStore::issue_stream_copy(size_t i) {
   if (i >= nbuf) copy_.wait(consumed_[buf]);
   copy_layer(order_[i], static_cast<int64_t>(buf) * host_.n_experts);
   copy_.record(copied_[buf]);
-  stats_.streamed_bytes += 3 * host_.matrix_bytes();
+  stats_.streamed_bytes += host_.layer_bytes(order_[i]);
 }
 
 void GpuExpertStore::stream_begin(const std::vector<int64_t>& order) {
@@ -363,7 +458,7 @@ cuda::DeviceExperts GpuExpertStore::stream_acquire(int64_t l) {
   FT_CHECK(next_ < order_.size() && order_[next_] == l, "stream_acquire: layer {} out of order", l);
   const size_t buf = next_ % (double_buffered() ? 2 : 1);
   cuda::wait_on_default(copied_[buf]);
-  return view(static_cast<int64_t>(buf) * host_.n_experts, host_.n_experts);
+  return view(l, static_cast<int64_t>(buf) * host_.n_experts);
 }
 
 void GpuExpertStore::stream_release(int64_t l) {

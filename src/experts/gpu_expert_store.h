@@ -3,6 +3,7 @@
 // run by ExpertCache's policy. Plain C++ over backend/cuda/cuda_ops.h (no CUDA headers);
 // built into ft_cuda_model only.
 #pragma once
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <vector>
@@ -14,14 +15,19 @@
 namespace ft {
 
 // Each MoE layer's experts stacked in one pinned block, laid out as the device stacks are:
-// gate [E, inter, hidden] | up [E, inter, hidden] | down [E, hidden, inter].
+// gate [E, record] | up [E, record] | down [E, record], one cuda::ExpertRecord per expert matrix
+// (the rows, then FP8 / NVFP4 scales). Mixed formats (issue #6): each layer's gate, up and down
+// have their own dtype (a Q4_K_M file's Q6_K down in some layers); the VRAM slot pool holds any
+// layer's expert, so a slot is the largest record of each matrix over the layers
+// (slot_matrix_bytes) and a pool view reads the layer's experts with that stride.
 class HostExperts {
  public:
-  // A pinned copy of the model's routed experts (any dtype, all experts of one dtype/shape).
+  // A pinned copy of the model's routed experts (any dtypes; every expert of one layer's matrix
+  // in one dtype and shape, as a stacked tensor is).
   // progress(done, total): bytes copied so far, after each layer (a start-up progress bar).
   static HostExperts copy_of(const Model& model,
                              const std::function<void(size_t done, size_t total)>& progress = {});
-  // The routed experts' shape (layers, count, widths, dtype) with no memory: what the planner
+  // The routed experts' shape (layers, count, widths, formats) with no memory: what the planner
   // needs before anything is pinned.
   static HostExperts shape_of(const Model& model);
   // Random experts of config's shapes (std ~0.05): a random block memcpy-tiled at a
@@ -31,25 +37,54 @@ class HostExperts {
                                DType dtype = DType::BF16);
 
   bool has_layer(int64_t l) const { return layers_[l].data() != nullptr; }
-  const char* gate(int64_t l) const { return base(l); }
-  const char* up(int64_t l) const { return base(l) + matrix_bytes(); }
-  const char* down(int64_t l) const { return base(l) + 2 * matrix_bytes(); }
+  // Matrix m (0 gate, 1 up, 2 down) of layer l: its dtype and one expert's record bytes.
+  DType type(int64_t l, int m) const { return formats_[l][m].dtype; }
+  size_t record_bytes(int64_t l, int m) const { return formats_[l][m].record; }
+  // Stack of matrix m of layer l: [n_experts, record_bytes(l, m)].
+  const char* matrix(int64_t l, int m) const;
+  const char* gate(int64_t l) const { return matrix(l, 0); }
+  const char* up(int64_t l) const { return matrix(l, 1); }
+  const char* down(int64_t l) const { return matrix(l, 2); }
   // The pinned block of layer l as a device pointer (mapped memory, read by fetch kernels).
   const char* device_base(int64_t l) const {
     return static_cast<const char*>(layers_[l].device_data());
   }
-  size_t matrix_bytes() const { return n_experts * expert_matrix_bytes(); }  // one stack
-  // The real bytes of one expert matrix as stored (quantized experts move as they are): gate
-  // and up are inter rows of hidden, down hidden rows of inter (the same bytes for whole blocks).
-  size_t expert_matrix_bytes() const { return inter * dtype_row_bytes(dtype, hidden); }
-  size_t expert_bytes() const { return 3 * expert_matrix_bytes(); }  // gate + up + down
+  size_t layer_bytes(int64_t l) const;          // the three stacks of layer l
+  size_t layer_expert_bytes(int64_t l) const;   // one expert of layer l (real bytes moved)
+  size_t slot_matrix_bytes(int m) const { return slot_[m]; }  // max record of m over layers
+  // One VRAM slot: gate + up + down at their largest (the planner's unit).
+  size_t expert_bytes() const { return slot_[0] + slot_[1] + slot_[2]; }
   size_t total_bytes() const;
+  // Uniform experts (one dtype, one record size everywhere: synthetic, most HF checkpoints):
+  // one stack and one expert matrix in bytes (FT_CHECK uniform()).
+  bool uniform() const;
+  size_t matrix_bytes() const { return n_experts * expert_matrix_bytes(); }
+  size_t expert_matrix_bytes() const;
+  // Expert e's matrix m of layer l as a host TensorView (HYBRID CPU compute): its dtype, and
+  // the FP8 scale_inv / NVFP4 global scale from the record.
+  TensorView expert_view(int64_t l, int64_t e, int m) const;
+  // NVFP4 matrices' global scales of layer l, [n_experts] on the host (else nullptr).
+  const float* host_gscale(int64_t l, int m) const {
+    return formats_[l][m].gscale.empty() ? nullptr : formats_[l][m].gscale.data();
+  }
+  // Layer l's experts as device stacks at gate/up/down (each holding the layer's records from
+  // expert 0, `stride` bytes apart per matrix; 0: the record size).
+  cuda::DeviceExperts device_view(int64_t l, const char* gate, const char* up, const char* down,
+                                  int64_t count, const size_t* stride = nullptr) const;
 
-  DType dtype = DType::BF16;
+  DType dtype = DType::BF16;  // the first MoE layer's gate (profiles key on it)
   int64_t n_layers = 0, moe_layers = 0, n_experts = 0, hidden = 0, inter = 0;
 
  private:
-  const char* base(int64_t l) const { return static_cast<const char*>(layers_[l].data()); }
+  struct Format {
+    DType dtype = DType::BF16;
+    size_t record = 0;
+    std::vector<float> gscale;  // NVFP4: [n_experts]
+  };
+  void set_formats(const Model& model);  // formats_, slot_, dtype, widths from the weights
+  void set_uniform(DType t);             // every MoE layer in t (synthetic)
+  std::vector<std::array<Format, 3>> formats_;  // [n_layers]
+  size_t slot_[3] = {0, 0, 0};
   std::vector<cuda::PinnedBuffer> layers_;  // [n_layers]; empty for dense layers
 };
 
@@ -81,8 +116,8 @@ class GpuExpertStore {
   int64_t slots() const { return slots_; }
   // All-resident view of layer l (expert ids index it directly).
   cuda::DeviceExperts resident(int64_t l) const;
-  // The whole pool as one stack of `slots` experts (slot ids index it).
-  cuda::DeviceExperts pool() const { return view(0, slots_); }
+  // The whole pool as one stack of `slots` experts in layer l's formats (slot ids index it).
+  cuda::DeviceExperts pool(int64_t l) const;
 
   // Decode, host bookkeeping: ids [count] (host, any order, repeats allowed) of layer l ->
   // slot ids [count]. Of the m missed experts the first max_fetch (all when < 0) are copied
@@ -112,7 +147,9 @@ class GpuExpertStore {
   ExpertStoreStats stats() const;
 
  private:
-  cuda::DeviceExperts view(int64_t first_slot, int64_t count) const;
+  // Layer l's experts in slots [first_slot, first_slot + n_experts), each matrix's records
+  // back to back (resident layers, streamed buffers).
+  cuda::DeviceExperts view(int64_t l, int64_t first_slot) const;
   void copy_expert(int64_t l, int64_t expert, int64_t slot);
   void copy_layer(int64_t l, int64_t first_slot);
   void issue_stream_copy(size_t index);
@@ -120,7 +157,7 @@ class GpuExpertStore {
   const HostExperts& host_;
   int64_t slots_;
   bool all_resident_;
-  cuda::DeviceBuffer gate_, up_, down_;  // [slots, I, H], [slots, I, H], [slots, H, I]
+  cuda::DeviceBuffer gate_, up_, down_;  // [slots, slot_matrix_bytes(m)] each
   ExpertCache cache_;
   cuda::CopyStream copy_;
   cuda::Event copied_[2], consumed_[2];  // per layer buffer (prefill); copied_[0] for decode

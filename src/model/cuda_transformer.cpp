@@ -282,38 +282,53 @@ const float* CudaTransformer::upload(const std::vector<float>& v) {
   return b.as<float>();
 }
 
-// Stacks the experts of one layer: gate/up [E, I, H], down [E, H, I] in one dtype.
+// Stacks the experts of one layer: gate/up [E, I, H], down [E, H, I], each matrix in its own
+// dtype (mixed GGUF quants) as one cuda::ExpertRecord per expert (FP8 tiles and NVFP4 global
+// scales inside the records; NVFP4's also kept on the host for the prefill GEMMs).
 cuda::DeviceExperts CudaTransformer::upload_experts(const std::vector<ExpertWeights>& experts) {
   FT_CHECK(!experts.empty(), "MoE layer without experts");
   const ExpertWeights& e0 = experts[0];
-  if (e0.gate.dtype == DType::F8_E4M3_B128 || e0.gate.dtype == DType::NVFP4)
-    fail("{}: {} experts are not supported on CUDA yet (per-expert scales)", e0.gate.name,
-         dtype_name(e0.gate.dtype));
-  if (e0.down.dtype != e0.gate.dtype || e0.up.dtype != e0.gate.dtype)
-    fail("{}: experts mix {} and {} (e.g. a Q4_K_M file's Q6_K down); CUDA needs one expert dtype",
-         e0.down.name, dtype_name(e0.gate.dtype), dtype_name(e0.down.dtype));
   cuda::DeviceExperts d{.dtype = e0.gate.dtype,
                         .n_experts = static_cast<int64_t>(experts.size()),
                         .hidden = e0.gate.shape[1],
                         .inter = e0.gate.shape[0]};
-  auto stack = [&](auto member) {
-    const size_t each = (experts[0].*member).nbytes();
-    cuda::DeviceBuffer& b = storage_.emplace_back(each * experts.size());
+  auto stack = [&](int m) {
+    auto of = [m](const ExpertWeights& e) -> const TensorView& {
+      return m == 0 ? e.gate : m == 1 ? e.up : e.down;
+    };
+    const TensorView& t0 = of(experts[0]);
+    FT_CHECK(t0.ndim == 2 && t0.shape[0] == d.rows(m) && t0.shape[1] == d.cols(m),
+             "{}: expert matrix is {}, expected [{}, {}]", t0.name, t0.shape_str(), d.rows(m),
+             d.cols(m));
+    const cuda::ExpertRecord rec = cuda::expert_record(t0.dtype, d.rows(m), d.cols(m));
+    std::vector<char> host(rec.bytes * experts.size(), 0);
+    std::vector<float> gscale;
     for (size_t i = 0; i < experts.size(); ++i) {
-      const TensorView& t = experts[i].*member;
-      FT_CHECK(t.dtype == d.dtype && t.nbytes() == each, "{}: experts differ in dtype or shape",
-               t.name);
-      b.upload(t.data, each, i * each);
+      const TensorView& t = of(experts[i]);
+      FT_CHECK(t.dtype == t0.dtype && t.nbytes() == rec.data,
+               "{}: experts of one layer differ in dtype or shape", t.name);
+      char* dst = host.data() + i * rec.bytes;
+      std::memcpy(dst, t.data, rec.data);
+      if (t.dtype == DType::F8_E4M3_B128) {
+        FT_CHECK(t.scale_inv, "{}: FP8_E4M3_B128 without scale_inv", t.name);
+        std::memcpy(dst + rec.scale_offset, t.scale_inv,
+                    quant::fp8_b128_scale_count(t.shape[0], t.shape[1]) * sizeof(float));
+      }
+      if (t.dtype == DType::NVFP4) {
+        std::memcpy(dst + rec.scale_offset, &t.global_scale, sizeof(float));
+        gscale.push_back(t.global_scale);
+      }
     }
+    cuda::DeviceBuffer& b = storage_.emplace_back(host.size());
+    b.upload(host.data(), host.size());
     weight_bytes_ += b.bytes();
+    d.types[m] = t0.dtype;
+    if (!gscale.empty()) d.host_gscale[m] = host_scales_.emplace_back(std::move(gscale)).data();
     return static_cast<const void*>(b.data());
   };
-  d.gate = stack(&ExpertWeights::gate);
-  d.up = stack(&ExpertWeights::up);
-  d.down = stack(&ExpertWeights::down);
-  FT_CHECK(e0.down.shape[0] == d.hidden && e0.down.shape[1] == d.inter,
-           "{}: down is {}, expected [{}, {}]", e0.down.name, e0.down.shape_str(), d.hidden,
-           d.inter);
+  d.gate = stack(0);
+  d.up = stack(1);
+  d.down = stack(2);
   return d;
 }
 
@@ -665,7 +680,7 @@ void CudaTransformer::moe_block(int64_t l, int64_t n, bool routed) {
     store_->ensure_device(l, ids, n * c_.top_k, slot_ids_.as<int32_t>());
     mark(StepPhase::HITS);
     a.ids = slot_ids_.as<int32_t>();
-    cuda::moe_experts(*blas_, store_->pool(), a, *moe_pool_);
+    cuda::moe_experts(*blas_, store_->pool(l), a, *moe_pool_);
   } else {
     mark(StepPhase::OTHER);  // host bookkeeping and the CPU share: host-timed t_fetch / t_cpu
     moe_hybrid(l, n, a);
@@ -702,17 +717,9 @@ void CudaTransformer::moe_hybrid(int64_t l, int64_t n, cuda::MoeArgs a) {
     hy.out.assign(n * H, 0.f);
     hy.g.resize(m * I), hy.u.resize(m * I), hy.d.resize(m * H);
     hy.views.resize(3 * m);
-    const size_t each = host.expert_matrix_bytes();
-    for (int64_t j = 0; j < m; ++j) {
+    for (int64_t j = 0; j < m; ++j) {  // each matrix in its own format (mixed experts)
       const int64_t e = host_ids_[hy.items[j]];
-      for (int mat = 0; mat < 3; ++mat) {
-        TensorView& t = hy.views[3 * j + mat];
-        t.dtype = host.dtype, t.ndim = 2;
-        t.shape = mat < 2 ? std::array<int64_t, 4>{I, H, 1, 1} : std::array<int64_t, 4>{H, I, 1, 1};
-        const char* base = mat == 0 ? host.gate(l) : mat == 1 ? host.up(l) : host.down(l);
-        t.data = base + e * each;
-        t.name = "expert";
-      }
+      for (int mat = 0; mat < 3; ++mat) hy.views[3 * j + mat] = host.expert_view(l, e, mat);
     }
     hy.post([this, &hy, m, k, H, I] {
       Timer tc;
@@ -738,7 +745,7 @@ void CudaTransformer::moe_hybrid(int64_t l, int64_t n, cuda::MoeArgs a) {
   cuda::copy_to_device(slot_ids_.data(), host_slots_.data(), count * sizeof(int32_t));
   a.ids = slot_ids_.as<int32_t>();
   mark(StepPhase::HITS);
-  cuda::moe_experts(*blas_, store_->pool(), a, *moe_pool_);
+  cuda::moe_experts(*blas_, store_->pool(l), a, *moe_pool_);
   mark(StepPhase::OTHER);
   if (m > 0) {
     hy.wait();

@@ -238,6 +238,7 @@ class CudaTransformer {
   Rope rope_;
   size_t weight_bytes_ = 0;
   std::vector<cuda::DeviceBuffer> storage_;  // every uploaded weight
+  std::vector<std::vector<float>> host_scales_;  // NVFP4 experts' global scales (DeviceExperts)
   std::vector<Layer> layers_;
   cuda::DeviceMatrix embed_, lm_head_;
   const float* final_norm_ = nullptr;

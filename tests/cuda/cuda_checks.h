@@ -63,6 +63,9 @@ const std::vector<std::string>& fixture_names();
 // Quantized weights per format: device dequant, GEMV, GEMM, MoE experts vs references and the
 // CPU quant matmul; GGUF (Q8_0, Q4_K) greedy parity resident and offloaded (quant_checks.cpp).
 std::vector<Check> quant_checks(const std::string& fixtures_dir);
+// Experts of mixed formats (Q4_K_M GGUF, three types in a layer) and FP8 / NVFP4 experts, resident,
+// offloaded and HYBRID, vs the CPU on the f32-dequantized model (mixed_checks.cpp).
+std::vector<Check> mixed_checks(const std::string& fixtures_dir);
 // Elastic memory: live expert-pool / KV resizes keep greedy decode, OOM throws (elastic_checks.cpp).
 std::vector<Check> elastic_checks(const std::string& fixtures_dir);
 // GEMV bandwidth per weight format beside the D2D copy bandwidth (a markdown table).

@@ -31,6 +31,8 @@ INSTANTIATE_TEST_SUITE_P(Hybrid, CudaCheck, ::testing::ValuesIn(hybrid_checks(FT
                          name_of);
 INSTANTIATE_TEST_SUITE_P(Quant, CudaCheck, ::testing::ValuesIn(quant_checks(FT_FIXTURES)),
                          name_of);
+INSTANTIATE_TEST_SUITE_P(Mixed, CudaCheck, ::testing::ValuesIn(mixed_checks(FT_FIXTURES)),
+                         name_of);
 INSTANTIATE_TEST_SUITE_P(Elastic, CudaCheck, ::testing::ValuesIn(elastic_checks(FT_FIXTURES)),
                          name_of);
 INSTANTIATE_TEST_SUITE_P(Attention, CudaCheck, ::testing::ValuesIn(attention_checks()), name_of);

@@ -27,6 +27,7 @@ int main(int argc, char** argv) {
   for (auto& c : model_checks(fixtures)) checks.push_back(c);
   for (auto& c : quant_checks(fixtures)) checks.push_back(c);
   for (auto& c : elastic_checks(fixtures)) checks.push_back(c);
+  for (auto& c : mixed_checks(fixtures)) checks.push_back(c);
   for (auto& c : attention_checks()) checks.push_back(c);
   for (const Check& c : checks) {
     if (c.name.find(filter) == std::string::npos) continue;

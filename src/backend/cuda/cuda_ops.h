@@ -5,6 +5,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -200,7 +201,52 @@ struct DeviceExperts {
   const void* down = nullptr;
   DType dtype = DType::BF16;
   int64_t n_experts = 0, hidden = 0, inter = 0;
+  // Mixed formats (h6f, issue #6). types: gate/up/down's own dtypes where they differ from
+  // dtype (a Q4_K_M file's Q6_K down; a layer's three matrices may all differ). Each expert's
+  // matrix is an ExpertRecord (FP8 / NVFP4 records carry their scales). stride: bytes from one
+  // expert's record to the next (0: the record size); a slot pool sized for the largest layer
+  // is read with its slot stride. host_gscale: NVFP4 matrices' per-expert global scales on the
+  // host, [n_experts] (the prefill GEMMs take them by value; decode reads the records).
+  std::optional<DType> types[3];
+  size_t stride[3] = {0, 0, 0};
+  const float* host_gscale[3] = {nullptr, nullptr, nullptr};
+
+  DType type(int m) const { return types[m].value_or(dtype); }
+  const void* matrix(int m) const { return m == 0 ? gate : m == 1 ? up : down; }
+  int64_t rows(int m) const { return m == 2 ? hidden : inter; }
+  int64_t cols(int m) const { return m == 2 ? inter : hidden; }
+  size_t expert_stride(int m) const;
+  // One dtype without external scales and natural strides: moe_experts' fused decode paths.
+  bool uniform() const;
 };
+
+// One expert's matrix as expert stacks store it (h6f): rows * dtype_row_bytes(cols) bytes, then
+// for F8_E4M3_B128 its f32 scale_inv tiles [ceil(rows/128), ceil(cols/128)], for NVFP4 its f32
+// global scale, at scale_offset (16-byte aligned); bytes: from this record to the next. Formats
+// without external scales: bytes = data (the plain stacked layout).
+struct ExpertRecord {
+  size_t data, scale_offset, bytes;
+};
+inline ExpertRecord expert_record(DType t, int64_t rows, int64_t cols) {
+  const size_t data = static_cast<size_t>(rows) * dtype_row_bytes(t, cols);
+  const size_t at = (data + 15) / 16 * 16;
+  if (t == DType::F8_E4M3_B128) {
+    const size_t tiles = static_cast<size_t>((rows + 127) / 128) * static_cast<size_t>((cols + 127) / 128);
+    return {data, at, (at + tiles * sizeof(float) + 15) / 16 * 16};
+  }
+  if (t == DType::NVFP4) return {data, at, at + 16};
+  return {data, data, data};
+}
+inline size_t DeviceExperts::expert_stride(int m) const {
+  return stride[m] ? stride[m] : expert_record(type(m), rows(m), cols(m)).bytes;
+}
+inline bool DeviceExperts::uniform() const {
+  if (dtype == DType::F8_E4M3_B128 || dtype == DType::NVFP4) return false;
+  for (int m = 0; m < 3; ++m)
+    if (type(m) != dtype || expert_stride(m) != expert_record(dtype, rows(m), cols(m)).bytes)
+      return false;
+  return true;
+}
 
 // ---- elementwise and norms
 
@@ -342,6 +388,7 @@ struct QuantExpertGemv {
   int count;
   DType dtype;
   int64_t rows, cols, y_slot;
+  size_t expert_stride = 0;  // bytes from one expert to the next (0: rows * row bytes; h6f)
 };
 void quant_experts_gemv(const QuantExpertGemv& a);
 // Prefill GEMM on tensor cores: panels of W dequantized to bf16 hi + lo parts in the Blas
@@ -407,6 +454,11 @@ struct MoeArgs {
   const MoeOss* oss = nullptr;  // gpt-oss biases / activation (h6g) or null
 };
 void moe_experts(Blas& blas, const DeviceExperts& e, const MoeArgs& a, MoeWorkspace& ws);
+// Decode (n <= k_gemv_max_tokens) of experts that are not uniform() (moe_mixed.cu, h6f): each
+// matrix in its own dtype and stride (block formats through quant_experts_gemv; FP8 / NVFP4 /
+// float matrices through a GEMV reading the per-expert scales from the records), silu * up,
+// then the weighted combine. moe_experts dispatches here.
+void moe_decode_mixed(const DeviceExperts& e, const MoeArgs& a, MoeWorkspace& ws);
 
 // ---- expert slot cache on the device (slot_cache.cu, fetch.cu)
 
@@ -451,6 +503,10 @@ struct FetchArgs {
   const int32_t* fetch;
   const int32_t* fetch_slot;
   const int32_t* n_fetch;
+  // Mixed formats (h6f): per matrix, one expert's bytes in the source stack and the pool's slot
+  // stride (0: matrix_bytes).
+  size_t bytes[3] = {0, 0, 0};
+  size_t dst_stride[3] = {0, 0, 0};
 };
 void fetch_experts(const FetchArgs& a);
 

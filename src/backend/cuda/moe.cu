@@ -231,19 +231,28 @@ void prefill(Blas& blas, const DeviceExperts& e, const MoeArgs& a, MoeWorkspace&
   CUDA_CHECK_LAUNCH();
   // The host needs the group sizes to size each expert's GEMM: one sync per MoE layer.
   copy_to_host(ws.host_offsets.data(), offsets, (E + 1) * sizeof(int32_t));
-  auto mat = [&](const void* base, int64_t ex, int64_t rows, int64_t cols) {
-    DeviceMatrix m;
-    m.data = static_cast<const char*>(base) + ex * rows * dtype_row_bytes(e.dtype, cols);
-    m.dtype = e.dtype, m.rows = rows, m.cols = cols;
-    return m;
+  // Expert ex's matrix m (0 gate, 1 up, 2 down) in its own dtype, stride and scales (h6f).
+  auto mat = [&](int m, int64_t ex) {
+    const DType t = e.type(m);
+    DeviceMatrix d;
+    d.data = static_cast<const char*>(e.matrix(m)) + ex * e.expert_stride(m);
+    d.dtype = t, d.rows = e.rows(m), d.cols = e.cols(m);
+    const size_t so = expert_record(t, d.rows, d.cols).scale_offset;
+    if (t == DType::F8_E4M3_B128)
+      d.scale_inv = reinterpret_cast<const float*>(static_cast<const char*>(d.data) + so);
+    if (t == DType::NVFP4) {
+      FT_CHECK(e.host_gscale[m], "moe_experts: NVFP4 experts without host global scales");
+      d.global_scale = e.host_gscale[m][ex];
+    }
+    return d;
   };
   float *xs = ws.xs.as<float>(), *act = ws.act.as<float>(), *up = ws.up.as<float>(),
         *d = ws.down.as<float>();
   for (int64_t ex = 0; ex < E; ++ex) {
     const int64_t r0 = ws.host_offsets[ex], cnt = ws.host_offsets[ex + 1] - r0;
     if (cnt == 0) continue;
-    matmul(blas, xs + r0 * H, cnt, mat(e.gate, ex, I, H), act + r0 * I);
-    matmul(blas, xs + r0 * H, cnt, mat(e.up, ex, I, H), up + r0 * I);
+    matmul(blas, xs + r0 * H, cnt, mat(0, ex), act + r0 * I);
+    matmul(blas, xs + r0 * H, cnt, mat(1, ex), up + r0 * I);
   }
   if (a.oss)
     moe_oss_act(*a.oss, act, up, slots, I, row_slot);  // gpt-oss: biases, clamped SwiGLU
@@ -251,7 +260,7 @@ void prefill(Blas& blas, const DeviceExperts& e, const MoeArgs& a, MoeWorkspace&
     silu_mul(act, up, slots * I, act);
   for (int64_t ex = 0; ex < E; ++ex) {
     const int64_t r0 = ws.host_offsets[ex], cnt = ws.host_offsets[ex + 1] - r0;
-    if (cnt > 0) matmul(blas, act + r0 * I, cnt, mat(e.down, ex, H, I), d + r0 * H);
+    if (cnt > 0) matmul(blas, act + r0 * I, cnt, mat(2, ex), d + r0 * H);
   }
   combine_kernel<<<static_cast<unsigned>(a.n), 256, 0, stream()>>>(d, slot_row, a.weights, k, H, a.accumulate, a.out);
   CUDA_CHECK_LAUNCH();
@@ -296,7 +305,9 @@ void moe_experts(Blas& blas, const DeviceExperts& e, const MoeArgs& a, MoeWorksp
 
 static void moe_experts_core(Blas& blas, const DeviceExperts& e, const MoeArgs& a,
                              MoeWorkspace& ws) {
-  if (a.n <= k_gemv_max_tokens && dtype_is_quant(e.dtype))
+  if (a.n <= k_gemv_max_tokens && !e.uniform())  // mixed dtypes / strides, per-expert scales
+    moe_decode_mixed(e, a, ws);
+  else if (a.n <= k_gemv_max_tokens && dtype_is_quant(e.dtype))
     decode_quant(e, a, ws);
   else if (a.n <= k_gemv_max_tokens)
     decode(e, a, ws);

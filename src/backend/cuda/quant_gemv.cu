@@ -243,7 +243,7 @@ void quant_experts_gemv(const QuantExpertGemv& a) {
     p.gscale[m] = 1.f;
     p.block0[m + 1] = p.block0[m] + blocks_for(a.rows);
   }
-  p.ids = a.ids, p.expert_bytes = a.rows * rb, p.x_div = a.x_div, p.x_slot = a.x_slot;
+  p.ids = a.ids, p.expert_bytes = a.expert_stride ? a.expert_stride : a.rows * rb, p.x_div = a.x_div, p.x_slot = a.x_slot;
   p.y_slot = a.y_slot;
   launch_format(a.dtype, p, 1,
                 dim3(static_cast<unsigned>(p.block0[a.count]), static_cast<unsigned>(a.slots)));
