@@ -372,8 +372,13 @@ void gemv_multi(const float* x, int64_t n, const GemvOut* outs, int count,
 // quantized GEMV (separate rmsnorm / route launches) instead of fusing them.
 
 // y = x W^T for n <= k_gemv_max_tokens tokens, dequant fused (one template over the format
-// traits). Same contract as gemv_multi without norm/route.
+// traits). Same contract as gemv_multi without norm/route. Formats with integer codes (all but
+// FP8) quantize the activations to int8 per 16 elements (scale max|x| / 127, as the CPU quant
+// matmul) and take __dp4a dot products (quant_gemv_q8.cu); FP8 keeps f32 activations.
 void quant_gemv_multi(const float* x, int64_t n, const GemvOut* outs, int count);
+// false: every quantized GEMV takes the f32-activation kernel (the reference path; tests and
+// A/B benches). Default on unless FT_CUDA_QGEMV=f32.
+void set_quant_gemv_int8(bool on);
 // Decode experts: for every slot s < slots, y[m] + s * y_slot = (x + (s / x_div) * x_slot)
 // W_m[ids[s]]^T for count (1 or 2) stacked matrices w[m] [E, rows, cols]; ids (device) < 0
 // writes zeros. Formats without per-expert scales (not NVFP4 / FP8).
@@ -389,6 +394,7 @@ struct QuantExpertGemv {
   DType dtype;
   int64_t rows, cols, y_slot;
   size_t expert_stride = 0;  // bytes from one expert to the next (0: rows * row bytes; h6f)
+  const float* x_up = nullptr;  // non-null: the input is silu(x) * x_up (x_up laid out as x)
 };
 void quant_experts_gemv(const QuantExpertGemv& a);
 // Prefill GEMM on tensor cores: panels of W dequantized to bf16 hi + lo parts in the Blas

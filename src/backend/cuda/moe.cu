@@ -3,8 +3,9 @@
 // with no host sync. Prefill: slots grouped
 // by expert (count -> offsets -> gather, stable in slot order), per-expert matmul through
 // cuBLAS, then the same combine through the slot -> row map (top-k order, deterministic).
-// Block-quantized experts decode through quant_experts_gemv (gate+up, silu*up, down per slot,
-// then the combine); their prefill matmuls dispatch to quant_gemm.
+// Block-quantized experts decode through quant_experts_gemv (gate+up, then down per slot on
+// silu(gate) * up, SwiGLU fused into its input), then the combine; their prefill matmuls
+// dispatch to quant_gemm.
 #include <algorithm>
 
 #include "backend/cuda/common.cuh"
@@ -207,13 +208,11 @@ void decode_quant(const DeviceExperts& e, const MoeArgs& a, MoeWorkspace& ws) {
   quant_experts_gemv({.x = a.x, .x_slot = H, .x_div = k, .ids = a.ids, .slots = slots,
                       .w = {e.gate, e.up}, .y = {act, up}, .count = 2, .dtype = e.dtype,
                       .rows = I, .cols = H, .y_slot = I});
-  if (a.oss)
-    moe_oss_act(*a.oss, act, up, slots, I, nullptr);  // gpt-oss: biases, clamped SwiGLU
-  else
-    silu_mul(act, up, slots * I, act);
+  if (a.oss) moe_oss_act(*a.oss, act, up, slots, I, nullptr);  // gpt-oss: act in place
   quant_experts_gemv({.x = act, .x_slot = I, .x_div = 1, .ids = a.ids, .slots = slots,
                       .w = {e.down, nullptr}, .y = {d, nullptr}, .count = 1, .dtype = e.dtype,
-                      .rows = H, .cols = I, .y_slot = H});
+                      .rows = H, .cols = I, .y_slot = H,
+                      .x_up = a.oss ? nullptr : up});  // on silu(act) * up
   combine_kernel<<<static_cast<unsigned>(a.n), 256, 0, stream()>>>(d, nullptr, a.weights, k, H,
                                                                    a.accumulate, a.out);
   CUDA_CHECK_LAUNCH();

@@ -1,8 +1,13 @@
-// Device side of the weight-format traits (quant/formats.h): dequant_group(block, g, w) writes
-// the 16 values of group g (elements 16g..16g+15) of one block, the unit every CUDA quant
-// kernel (quant_gemv.cu, quant_gemm.cu) is written over; dispatch_quant maps a DType to its
-// traits type. The scalar reference stays F::dequant (checked against this by quant_checks).
+// Device side of the weight-format traits (quant/formats.h): code_words(block, g, u, d, m) gives
+// group g (elements 16g..16g+15) of one block as four words of unsigned code bytes and an affine
+// map w = d * u + m, the unit every CUDA quant kernel is written over (the int8-activation GEMV
+// takes the words to __dp4a; code_group / dequant_group turn them into floats for the f32 GEMV
+// and the GEMM panels); dispatch_quant maps a DType to its traits type. The scalar reference
+// stays F::dequant (checked against this by quant_checks). Helpers are host-callable too (byte
+// permute and funnel shift emulated) so the decoders can be checked on a CPU.
 #pragma once
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
 
@@ -11,6 +16,8 @@
 #include "base/error.h"
 #include "base/tensor.h"
 #include "quant/formats.h"
+
+#define FT_QD __host__ __device__ __forceinline__
 
 namespace ft::cuda {
 
@@ -34,20 +41,62 @@ constexpr QuantExt quant_ext() {
 }
 
 // ---- helpers
+// __byte_perm (selector nibbles 0..7) and __funnelshift_r, emulated on the host.
+FT_QD uint32_t prmt(uint32_t x, uint32_t y, uint32_t s) {
+#if defined(__CUDA_ARCH__)
+  return __byte_perm(x, y, s);
+#else
+  const uint64_t v = (static_cast<uint64_t>(y) << 32) | x;
+  uint32_t r = 0;
+  for (int n = 0; n < 4; ++n) r |= static_cast<uint32_t>((v >> (8 * ((s >> (4 * n)) & 7))) & 0xff) << (8 * n);
+  return r;
+#endif
+}
+FT_QD uint32_t fshr(uint32_t lo, uint32_t hi, uint32_t sh) {
+#if defined(__CUDA_ARCH__)
+  return __funnelshift_r(lo, hi, sh);
+#else
+  return static_cast<uint32_t>(((static_cast<uint64_t>(hi) << 32) | lo) >> (sh & 31));
+#endif
+}
 // 4 bytes at any address: the two enclosing aligned words funnel-shifted (block fields sit at
 // any byte offset; every buffer read this way has 4 readable bytes after the last block).
-__device__ __forceinline__ uint32_t ld32(const uint8_t* p) {
+FT_QD uint32_t ld32(const uint8_t* p) {
   const uintptr_t a = reinterpret_cast<uintptr_t>(p);
   const uint32_t* q = reinterpret_cast<const uint32_t*>(a & ~uintptr_t{3});
-  return __funnelshift_r(q[0], q[1], static_cast<uint32_t>(a & 3) * 8);
+  return fshr(q[0], q[1], static_cast<uint32_t>(a & 3) * 8);
+}
+// 16 bytes at any address as four words: the five enclosing aligned words funnel-shifted.
+FT_QD void ld128(const uint8_t* p, uint32_t (&u)[4]) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  const uint32_t* q = reinterpret_cast<const uint32_t*>(a & ~uintptr_t{3});
+  const uint32_t sh = static_cast<uint32_t>(a & 3) * 8, w4 = q[4];
+  uint32_t w[4];
+#pragma unroll
+  for (int k = 0; k < 4; ++k) w[k] = q[k];
+#pragma unroll
+  for (int k = 0; k < 4; ++k) u[k] = fshr(w[k], k < 3 ? w[k + 1] : w4, sh);
+}
+// IEEE half bits as f32, exactly (the hardware convert on the device).
+FT_QD float h2f(uint16_t h) {
+#if defined(__CUDA_ARCH__)
+  return __half2float(__ushort_as_half(h));
+#else
+  return quant::half_f32(h);
+#endif
+}
+// An int with |v| < 2^22 as f32, exactly: added into the mantissa of 1.5 * 2^23 (an IADD and
+// an FADD; I2F is a quarter-rate instruction).
+FT_QD float i2f(int v) {
+  return quant::bits_f32(0x4B400000u + static_cast<uint32_t>(v)) - 12582912.f;
 }
 // Unsigned byte k of w as f32, exactly: the byte in a float's mantissa at 2^23, minus 2^23
 // (a PRMT and an FADD; I2F is a quarter-rate instruction).
-__device__ __forceinline__ float byte_f32(uint32_t w, int k) {
-  return __uint_as_float(__byte_perm(w, 0x4B00u, 0x5440u | static_cast<uint32_t>(k))) - 8388608.f;
+FT_QD float byte_f32(uint32_t w, int k) {
+  return quant::bits_f32(prmt(w, 0x4B00u, 0x5440u | static_cast<uint32_t>(k))) - 8388608.f;
 }
 // Four bytes of w to u[0..3].
-__device__ __forceinline__ void bytes_f32(uint32_t w, float* u) {
+FT_QD void bytes_f32(uint32_t w, float* u) {
 #pragma unroll
   for (int k = 0; k < 4; ++k) u[k] = byte_f32(w, k);
 }
@@ -71,131 +120,166 @@ enum class BookId { IQ4NL, E2M1 };
 
 // n: four nibble indices, one per byte (each < 16) -> the four codebook bytes.
 template <BookId B>
-__device__ __forceinline__ uint32_t book4(uint32_t n) {
+FT_QD uint32_t book4(uint32_t n) {
   constexpr bool iq = B == BookId::IQ4NL;
   const uint32_t sel = ((n | (n >> 4)) & 0xffu) | (((n >> 16) | (n >> 20)) & 0xffu) << 8;
-  const uint32_t lo = __byte_perm(iq ? k_iq4_w0 : k_e2m1_w0, iq ? k_iq4_w1 : k_e2m1_w1, sel & 0x7777u);
-  const uint32_t hi = __byte_perm(iq ? k_iq4_w2 : k_e2m1_w2, iq ? k_iq4_w3 : k_e2m1_w3, sel & 0x7777u);
+  const uint32_t lo = prmt(iq ? k_iq4_w0 : k_e2m1_w0, iq ? k_iq4_w1 : k_e2m1_w1, sel & 0x7777u);
+  const uint32_t hi = prmt(iq ? k_iq4_w2 : k_e2m1_w2, iq ? k_iq4_w3 : k_e2m1_w3, sel & 0x7777u);
   const uint32_t mask = ((n >> 3) & 0x01010101u) * 0xffu;
   return (hi & mask) | (lo & ~mask);
 }
 
-// ---- one overload per block type: group g's codes u[16] (small non-negative values, exact
-// in f32) and affine map w = d * u + m -- formats.h's decode() form, so a dot product is
-// d * sum(u x) + m * sum(x). FP8's u are the e4m3 values (d = 1, m = 0).
+// ---- one overload per block type: group g's codes as four words u[4] of unsigned bytes in
+// element order (small non-negative values) and the affine map w = d * u + m -- formats.h's
+// decode() form, so a dot product is d * sum(u x) + m * sum(x). FP8 has no integer codes: its
+// code_group gives the e4m3 values as floats (d = 1, m = 0) and it has no code_words.
 using namespace ::ft::quant;
 
-// 16 bytes at p, each passed through f (word -> word) then to u.
+// u[k] = f(the 4 bytes at p + 4k, k).
 template <class Fn>
-__device__ __forceinline__ void codes16(const uint8_t* p, float (&u)[16], Fn f) {
+FT_QD void words16(const uint8_t* p, uint32_t (&u)[4], Fn f) {
+  ld128(p, u);
 #pragma unroll
-  for (int k = 0; k < 4; ++k) bytes_f32(f(ld32(p + 4 * k), k), u + 4 * k);
+  for (int k = 0; k < 4; ++k) u[k] = f(u[k], k);
 }
 
-__device__ __forceinline__ void code_group(const BlockQ4_0& b, int g, float (&u)[16], float& d,
-                                           float& m) {
-  codes16(b.qs, u, [&](uint32_t w, int) { return (w >> (4 * g)) & 0x0f0f0f0fu; });
-  d = half_f32(b.d), m = -8.f * d;
+FT_QD void code_words(const BlockQ4_0& b, int g, uint32_t (&u)[4], float& d, float& m) {
+  words16(b.qs, u, [&](uint32_t w, int) { return (w >> (4 * g)) & 0x0f0f0f0fu; });
+  d = h2f(b.d), m = -8.f * d;
 }
-__device__ __forceinline__ void code_group(const BlockQ4_1& b, int g, float (&u)[16], float& d,
-                                           float& m) {
-  codes16(b.qs, u, [&](uint32_t w, int) { return (w >> (4 * g)) & 0x0f0f0f0fu; });
-  d = half_f32(b.d), m = half_f32(b.m);
+FT_QD void code_words(const BlockQ4_1& b, int g, uint32_t (&u)[4], float& d, float& m) {
+  words16(b.qs, u, [&](uint32_t w, int) { return (w >> (4 * g)) & 0x0f0f0f0fu; });
+  d = h2f(b.d), m = h2f(b.m);
 }
-__device__ __forceinline__ void code_group(const BlockQ8_0& b, int g, float (&u)[16], float& d,
-                                           float& m) {
-  codes16(reinterpret_cast<const uint8_t*>(b.qs) + 16 * g, u,
+FT_QD void code_words(const BlockQ8_0& b, int g, uint32_t (&u)[4], float& d, float& m) {
+  words16(reinterpret_cast<const uint8_t*>(b.qs) + 16 * g, u,
           [](uint32_t w, int) { return w ^ 0x80808080u; });  // int8 + 128
-  d = half_f32(b.d), m = -128.f * d;
+  d = h2f(b.d), m = -128.f * d;
 }
-__device__ __forceinline__ void code_group(const BlockIQ4_NL& b, int g, float (&u)[16], float& d,
-                                           float& m) {
-  codes16(b.qs, u,
+FT_QD void code_words(const BlockIQ4_NL& b, int g, uint32_t (&u)[4], float& d, float& m) {
+  words16(b.qs, u,
           [&](uint32_t w, int) { return book4<BookId::IQ4NL>((w >> (4 * g)) & 0x0f0f0f0fu); });
-  d = half_f32(b.d), m = -128.f * d;
+  d = h2f(b.d), m = -128.f * d;
 }
-__device__ __forceinline__ void code_group(const BlockMXFP4& b, int g, float (&u)[16], float& d,
-                                           float& m) {
-  codes16(b.qs, u,
+FT_QD void code_words(const BlockMXFP4& b, int g, uint32_t (&u)[4], float& d, float& m) {
+  words16(b.qs, u,
           [&](uint32_t w, int) { return book4<BookId::E2M1>((w >> (4 * g)) & 0x0f0f0f0fu); });
   d = MXFP4::scale(b), m = -12.f * d;
 }
-__device__ __forceinline__ void code_group(const BlockNVFP4& b, int, float (&u)[16], float& d,
-                                           float& m) {
+FT_QD void code_words(const BlockNVFP4& b, int, uint32_t (&u)[4], float& d, float& m) {
 #pragma unroll
   for (int k = 0; k < 2; ++k) {  // byte j: element 2j low nibble, 2j + 1 high nibble
     const uint32_t w = ld32(b.qs + 4 * k);
     const uint32_t lo = book4<BookId::E2M1>(w & 0x0f0f0f0fu);
     const uint32_t hi = book4<BookId::E2M1>((w >> 4) & 0x0f0f0f0fu);
-#pragma unroll
-    for (int j = 0; j < 4; ++j) u[8 * k + 2 * j] = byte_f32(lo, j), u[8 * k + 2 * j + 1] = byte_f32(hi, j);
+    u[2 * k] = prmt(lo, hi, 0x5140u), u[2 * k + 1] = prmt(lo, hi, 0x7362u);  // interleave
   }
   d = 0.5f * e4m3_f32(b.d), m = -12.f * d;
 }
-__device__ __forceinline__ void code_group(const BlockFP8x16& b, int, float (&u)[16], float& d,
-                                           float& m) {
-#pragma unroll
-  for (int i = 0; i < 16; ++i) u[i] = e4m3_f32(b.q[i]);
-  d = 1.f, m = 0.f;
-}
 // K-quants: group g of 16 in a 256 block. Q2_K/Q3_K/Q6_K: half n = g >> 3, 32-run j = (g >> 1)
 // & 3, l = 16 (g & 1) + i. Q4_K/Q5_K: 64-chunk c = g >> 2, nibble s = (g >> 1) & 1.
-__device__ __forceinline__ void code_group(const BlockQ2_K& b, int g, float (&u)[16], float& d,
-                                           float& m) {
+FT_QD void code_words(const BlockQ2_K& b, int g, uint32_t (&u)[4], float& d, float& m) {
   const int n = g >> 3, j = (g >> 1) & 3, l0 = 16 * (g & 1);
-  codes16(b.qs + 32 * n + l0, u, [&](uint32_t w, int) { return (w >> (2 * j)) & 0x03030303u; });
-  d = half_f32(b.d) * static_cast<float>(b.scales[g] & 0xf);
-  m = -half_f32(b.dmin) * static_cast<float>(b.scales[g] >> 4);
+  words16(b.qs + 32 * n + l0, u, [&](uint32_t w, int) { return (w >> (2 * j)) & 0x03030303u; });
+  d = h2f(b.d) * i2f(b.scales[g] & 0xf);
+  m = -h2f(b.dmin) * i2f(b.scales[g] >> 4);
 }
-__device__ __forceinline__ void code_group(const BlockQ3_K& b, int g, float (&u)[16], float& d,
-                                           float& m) {
+FT_QD void code_words(const BlockQ3_K& b, int g, uint32_t (&u)[4], float& d, float& m) {
   const int n = g >> 3, j = (g >> 1) & 3, l0 = 16 * (g & 1);
-  codes16(b.qs + 32 * n + l0, u, [&](uint32_t w, int k) {
-    const uint32_t h = (ld32(b.hmask + l0 + 4 * k) >> (4 * n + j)) & 0x01010101u;
+  uint32_t hm[4];
+  ld128(b.hmask + l0, hm);
+  words16(b.qs + 32 * n + l0, u, [&](uint32_t w, int k) {
+    const uint32_t h = (hm[k] >> (4 * n + j)) & 0x01010101u;
     return ((w >> (2 * j)) & 0x03030303u) | (h << 2);
   });
-  d = half_f32(b.d) * static_cast<float>(k3_scale(g, b.scales)), m = -4.f * d;
+  d = h2f(b.d) * i2f(k3_scale(g, b.scales)), m = -4.f * d;
 }
-__device__ __forceinline__ void code_group(const BlockQ4_K& b, int g, float (&u)[16], float& d,
-                                           float& m) {
+FT_QD void code_words(const BlockQ4_K& b, int g, uint32_t (&u)[4], float& d, float& m) {
   const int c = g >> 2, s = (g >> 1) & 1, l0 = 16 * (g & 1);
-  codes16(b.qs + 32 * c + l0, u, [&](uint32_t w, int) { return (w >> (4 * s)) & 0x0f0f0f0fu; });
+  words16(b.qs + 32 * c + l0, u, [&](uint32_t w, int) { return (w >> (4 * s)) & 0x0f0f0f0fu; });
   int sc, mn;
   k4_scale_min(2 * c + s, b.scales, &sc, &mn);
-  d = half_f32(b.d) * static_cast<float>(sc), m = -half_f32(b.dmin) * static_cast<float>(mn);
+  d = h2f(b.d) * i2f(sc), m = -h2f(b.dmin) * i2f(mn);
 }
-__device__ __forceinline__ void code_group(const BlockQ5_K& b, int g, float (&u)[16], float& d,
-                                           float& m) {
+FT_QD void code_words(const BlockQ5_K& b, int g, uint32_t (&u)[4], float& d, float& m) {
   const int c = g >> 2, s = (g >> 1) & 1, l0 = 16 * (g & 1);
-  codes16(b.qs + 32 * c + l0, u, [&](uint32_t w, int k) {
-    const uint32_t h = (ld32(b.qh + l0 + 4 * k) >> (2 * c + s)) & 0x01010101u;
+  uint32_t qh[4];
+  ld128(b.qh + l0, qh);
+  words16(b.qs + 32 * c + l0, u, [&](uint32_t w, int k) {
+    const uint32_t h = (qh[k] >> (2 * c + s)) & 0x01010101u;
     return ((w >> (4 * s)) & 0x0f0f0f0fu) | (h << 4);
   });
   int sc, mn;
   k4_scale_min(2 * c + s, b.scales, &sc, &mn);
-  d = half_f32(b.d) * static_cast<float>(sc), m = -half_f32(b.dmin) * static_cast<float>(mn);
+  d = h2f(b.d) * i2f(sc), m = -h2f(b.dmin) * i2f(mn);
 }
-__device__ __forceinline__ void code_group(const BlockQ6_K& b, int g, float (&u)[16], float& d,
-                                           float& m) {
+FT_QD void code_words(const BlockQ6_K& b, int g, uint32_t (&u)[4], float& d, float& m) {
   const int n = g >> 3, j = (g >> 1) & 3, l0 = 16 * (g & 1);
-  codes16(b.ql + 64 * n + l0 + 32 * (j & 1), u, [&](uint32_t w, int k) {
-    const uint32_t h = (ld32(b.qh + 32 * n + l0 + 4 * k) >> (2 * j)) & 0x03030303u;
+  uint32_t qh[4];
+  ld128(b.qh + 32 * n + l0, qh);
+  words16(b.ql + 64 * n + l0 + 32 * (j & 1), u, [&](uint32_t w, int k) {
+    const uint32_t h = (qh[k] >> (2 * j)) & 0x03030303u;
     return ((w >> (4 * (j >> 1))) & 0x0f0f0f0fu) | (h << 4);
   });
-  d = half_f32(b.d) * static_cast<float>(b.scales[g]), m = -32.f * d;
+  d = h2f(b.d) * i2f(b.scales[g]), m = -32.f * d;
 }
-__device__ __forceinline__ void code_group(const BlockIQ4_XS& b, int g, float (&u)[16], float& d,
-                                           float& m) {
+FT_QD void code_words(const BlockIQ4_XS& b, int g, uint32_t (&u)[4], float& d, float& m) {
   const int s = g >> 1;
-  codes16(b.qs + 16 * s, u, [&](uint32_t w, int) {
+  words16(b.qs + 16 * s, u, [&](uint32_t w, int) {
     return book4<BookId::IQ4NL>((w >> (4 * (g & 1))) & 0x0f0f0f0fu);
   });
-  d = half_f32(b.d) * static_cast<float>(IQ4_XS::scale(b, s)), m = -128.f * d;
+  d = h2f(b.d) * i2f(IQ4_XS::scale(b, s)), m = -128.f * d;
+}
+
+// Whether F's blocks have integer codes (code_words): every format but FP8.
+template <class F>
+constexpr bool has_code_words() {
+  return !std::is_same_v<F, FP8_B128>;
+}
+
+// Group g's codes as floats u[16] (exact) and its affine map.
+template <class Block>
+FT_QD void code_group(const Block& b, int g, float (&u)[16], float& d, float& m) {
+  uint32_t w[4];
+  code_words(b, g, w, d, m);
+#pragma unroll
+  for (int k = 0; k < 4; ++k) bytes_f32(w[k], u + 4 * k);
+}
+FT_QD void code_group(const BlockFP8x16& b, int, float (&u)[16], float& d, float& m) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  uint32_t ws[4];
+  ld128(b.q, ws);
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {  // the hardware e4m3x2 -> f16x2 convert (exact), then to f32
+    const uint32_t w = ws[k];
+    const __half2_raw lo = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(w & 0xffffu), __NV_E4M3);
+    const __half2_raw hi = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(w >> 16), __NV_E4M3);
+    const float2 a = __half22float2(__half2(lo)), c = __half22float2(__half2(hi));
+    u[4 * k] = a.x, u[4 * k + 1] = a.y, u[4 * k + 2] = c.x, u[4 * k + 3] = c.y;
+  }
+#else
+#pragma unroll
+  for (int i = 0; i < 16; ++i) u[i] = e4m3_f32(b.q[i]);
+#endif
+  d = 1.f, m = 0.f;
+}
+
+// sum_k u[k] . q[k] over bytes: unsigned code bytes times signed int8 activations, plus c.
+FT_QD int dot_u8s8(uint32_t u, uint32_t q, int c) {
+#if defined(__CUDA_ARCH__)
+  int r;
+  asm("dp4a.u32.s32 %0, %1, %2, %3;" : "=r"(r) : "r"(u), "r"(q), "r"(c));
+  return r;
+#else
+  for (int i = 0; i < 4; ++i)
+    c += static_cast<int>((u >> (8 * i)) & 0xff) * static_cast<int8_t>((q >> (8 * i)) & 0xff);
+  return c;
+#endif
 }
 
 // The 16 dequantized values of group g (w = d * u + m, one rounding: the reference's value).
 template <class Block>
-__device__ __forceinline__ void dequant_group(const Block& b, int g, float (&w)[16]) {
+FT_QD void dequant_group(const Block& b, int g, float (&w)[16]) {
   float u[16], d, m;
   code_group(b, g, u, d, m);
 #pragma unroll

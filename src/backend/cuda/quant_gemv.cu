@@ -1,44 +1,24 @@
-// quant_gemv: y = x W^T for 1..4 tokens over block-quantized weights, dequant fused, f32
-// activations and accumulation; one kernel template over the format traits (quant_device.cuh),
-// instantiated per format. Each warp owns k_rows_per_warp output rows: per chunk of ~1 KiB of
-// every row it loads the bytes with aligned 16-byte streaming loads into shared memory (one
-// load shape for every block size), then each lane decodes 16-element groups into codes u and an
-// affine map w = d u + m and adds d * sum(u x) + m * sum(x) (activations read once per group for
-// all the warp's rows; codes become floats by a byte permute, not I2F). The experts form runs
-// one launch over routed (token, expert) slots with the expert id read on the device.
+// quant_gemv: y = x W^T for 1..4 tokens over block-quantized weights, dequant fused: the
+// launchers (plain matrices and the experts form), which take the int8-activation kernel
+// (quant_gemv_q8.cu) where the format has integer codes, and the f32-activation kernel here
+// (FP8, the reference path, activations too wide for shared memory). One template over the
+// format traits (quant_device.cuh), instantiated per format. Each warp owns k_rows_per_warp
+// output rows: per chunk of ~1 KiB of every row it loads the bytes with aligned 16-byte
+// streaming loads into shared memory, then each lane decodes 16-element groups into codes u and
+// an affine map w = d u + m and adds d * sum(u x) + m * sum(x) (activations read once per group
+// for all the warp's rows). The experts form runs one launch over routed (token, expert) slots
+// with the expert id read on the device; its input may be silu(x) * x_up (fused SwiGLU).
 #include <algorithm>
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/quant_device.cuh"
+#include "backend/cuda/quant_gemv.cuh"
 
 namespace ft::cuda {
 
 namespace {
-constexpr int k_warps = 8;           // warps per block
-constexpr int k_rows_per_warp = 2;   // rows sharing each activation load
-constexpr int k_chunk_bytes = 1024;  // bytes of a row staged per step (whole blocks)
-
-struct QParams {
-  const float* x;
-  int64_t ldx, cols;
-  size_t row_bytes;
-  int count;
-  const uint8_t* w[k_gemv_multi];
-  float* y[k_gemv_multi];
-  const float* bias[k_gemv_multi];
-  int64_t rows[k_gemv_multi];
-  int64_t block0[k_gemv_multi + 1];
-  bool accumulate[k_gemv_multi];
-  const float* scale_inv[k_gemv_multi];  // FP8 tiles [ceil(rows/128), ceil(cols/128)]
-  float gscale[k_gemv_multi];            // NVFP4 global scale
-  // Experts form (ids != nullptr, one token per slot = blockIdx.y): matrix w + ids[s] *
-  // expert_bytes, input x + (s / x_div) * x_slot, output y + s * y_slot; ids[s] < 0 writes 0.
-  const int32_t* ids;
-  size_t expert_bytes;
-  int x_div;
-  int64_t x_slot, y_slot;
-};
+using namespace qgemv;
 
 template <class F>
 struct Geometry {
@@ -49,16 +29,6 @@ struct Geometry {
   static constexpr int kBuf = (kCB * kBB + 15) / 16 * 16 + 32;
   static constexpr int kVpl = (kBuf / 16 + 31) / 32;            // 16-byte vectors per lane
 };
-
-// 16 bytes at p, or the bytes before end (the matrix's last vector may overhang it).
-__device__ __forceinline__ uint4 load16(const uint8_t* p, const uint8_t* end) {
-  if (p + 16 <= end) return ldg_stream(p);
-  uint8_t b[16] = {};
-  for (int i = 0; i < 16 && p + i < end; ++i) b[i] = p[i];
-  uint4 v;
-  memcpy(&v, b, 16);
-  return v;
-}
 
 // Occupancy bound: at least 4 blocks (32 warps) per SM for one token, so enough row loads are
 // in flight between the warps' decode phases (unbounded, the compiler took ~2 blocks' worth).
@@ -80,6 +50,7 @@ __global__ void __launch_bounds__(32 * k_warps, NT == 1 ? 4 : 2)
   if (row0 >= rows) return;
   const uint8_t* w = p.w[m];
   const float* x = p.x;
+  const float* xu = p.x_up;
   float* y = p.y[m];
   if (p.ids) {
     const int64_t s = blockIdx.y, e = p.ids[s];
@@ -91,6 +62,7 @@ __global__ void __launch_bounds__(32 * k_warps, NT == 1 ? 4 : 2)
     }
     w += e * p.expert_bytes;
     x += (s / p.x_div) * p.x_slot;
+    if (xu) xu += (s / p.x_div) * p.x_slot;
   }
   const uint8_t* end = w + rows * p.row_bytes;
   const int64_t nb = p.cols / F::kElems;
@@ -122,7 +94,7 @@ __global__ void __launch_bounds__(32 * k_warps, NT == 1 ? 4 : 2)
       }
     }
     __syncwarp();
-    for (int gi = lane; gi < nbc * G; gi += 32) {
+    auto group = [&](int gi) {
       const int blk = gi / G, g = gi % G;
       const int64_t col = (b0 + blk) * F::kElems + 16 * g;
       float xv[NT][16], sx[NT];
@@ -131,7 +103,8 @@ __global__ void __launch_bounds__(32 * k_warps, NT == 1 ? 4 : 2)
         sx[t] = 0.f;
 #pragma unroll
         for (int i = 0; i < 16; i += 4) {
-          const float4 f = __ldg(reinterpret_cast<const float4*>(x + t * p.ldx + col + i));
+          float4 f = __ldg(reinterpret_cast<const float4*>(x + t * p.ldx + col + i));
+          if (xu) f = silu_mul4(f, __ldg(reinterpret_cast<const float4*>(xu + t * p.ldx + col + i)));
           xv[t][i] = f.x, xv[t][i + 1] = f.y, xv[t][i + 2] = f.z, xv[t][i + 3] = f.w;
           sx[t] += (f.x + f.y) + (f.z + f.w);
         }
@@ -152,7 +125,16 @@ __global__ void __launch_bounds__(32 * k_warps, NT == 1 ? 4 : 2)
           acc[r][t] = fmaf(d, su, fmaf(mm, sx[t], acc[r][t]));
         }
       }
+    };
+    if constexpr (CB * G % 32 == 0) {  // whole chunks (FP8): the lane's groups unrolled
+      if (nbc == CB) {
+#pragma unroll
+        for (int ii = 0; ii < CB * G / 32; ++ii) group(lane + 32 * ii);
+        __syncwarp();
+        continue;
+      }
     }
+    for (int gi = lane; gi < nbc * G; gi += 32) group(gi);
     __syncwarp();
   }
 #pragma unroll
@@ -180,11 +162,6 @@ void launch(const QParams& p, int64_t nt, dim3 grid) {
   }
 }
 
-int64_t blocks_for(int64_t rows) {
-  const int64_t per = int64_t{k_warps} * k_rows_per_warp;
-  return (rows + per - 1) / per;
-}
-
 void check_quant(DType t, int64_t cols, const float* x, const char* op) {
   FT_CHECK(dtype_is_quant(t), "{}: {} is not a quantized dtype", op, dtype_name(t));
   FT_CHECK(cols % dtype_block(t).elems == 0 && cols % 16 == 0,
@@ -192,7 +169,13 @@ void check_quant(DType t, int64_t cols, const float* x, const char* op) {
   FT_CHECK(reinterpret_cast<uintptr_t>(x) % 16 == 0, "{}: activations not 16-byte aligned", op);
 }
 
-void launch_format(DType t, const QParams& p, int64_t nt, dim3 grid) {
+// The int8-activation kernel where the format and shape allow it, else the f32 one. slots:
+// the experts form's slot count (0: plain matrices).
+void launch_format(DType t, QParams& p, int64_t nt, int64_t slots) {
+  if (launch_q8(t, p, nt, slots)) return;
+  p.row_iters = 1;
+  const dim3 grid(static_cast<unsigned>(set_blocks(p)),
+                  static_cast<unsigned>(slots > 0 ? slots : 1));
   const bool ok = dispatch_quant(t, [&](auto f) {
     launch<decltype(f)>(p, nt, grid);
     CUDA_CHECK_LAUNCH();
@@ -208,10 +191,19 @@ void quant_gemv_multi(const float* x, int64_t n, const GemvOut* outs, int count)
   if (n == 0) return;
   const DType dt = outs[0].w.dtype;
   const int64_t cols = outs[0].w.cols;
+  for (int m = 1; m < count; ++m)
+    if (outs[m].w.dtype != dt) {  // matrices of different types (a Q4_K_M q/k/v): one launch each
+      for (int j = 0; j < count; ++j) {
+        if (dtype_is_quant(outs[j].w.dtype))
+          quant_gemv_multi(x, n, &outs[j], 1);
+        else
+          gemv_multi(x, n, &outs[j], 1);
+      }
+      return;
+    }
   check_quant(dt, cols, x, "quant_gemv");
   QParams p{.x = x, .ldx = cols, .cols = cols, .row_bytes = dtype_row_bytes(dt, cols),
             .count = count};
-  p.block0[0] = 0;
   for (int m = 0; m < count; ++m) {
     const GemvOut& o = outs[m];
     FT_CHECK(o.w.data && o.w.rows > 0 && o.w.cols == cols && o.w.dtype == dt && o.y,
@@ -220,9 +212,8 @@ void quant_gemv_multi(const float* x, int64_t n, const GemvOut* outs, int count)
     p.w[m] = static_cast<const uint8_t*>(o.w.data), p.y[m] = o.y, p.bias[m] = o.bias;
     p.rows[m] = o.w.rows, p.accumulate[m] = o.accumulate;
     p.scale_inv[m] = o.w.scale_inv, p.gscale[m] = o.w.global_scale;
-    p.block0[m + 1] = p.block0[m] + blocks_for(o.w.rows);
   }
-  launch_format(dt, p, n, dim3(static_cast<unsigned>(p.block0[count])));
+  launch_format(dt, p, n, 0);
 }
 
 void quant_experts_gemv(const QuantExpertGemv& a) {
@@ -236,17 +227,16 @@ void quant_experts_gemv(const QuantExpertGemv& a) {
   FT_CHECK(a.x_slot % 4 == 0, "quant_experts_gemv: activation rows not 16-byte aligned");
   const size_t rb = dtype_row_bytes(a.dtype, a.cols);
   QParams p{.x = a.x, .ldx = a.cols, .cols = a.cols, .row_bytes = rb, .count = a.count};
-  p.block0[0] = 0;
   for (int m = 0; m < a.count; ++m) {
     FT_CHECK(a.w[m] && a.y[m], "quant_experts_gemv: matrix {} missing", m);
     p.w[m] = static_cast<const uint8_t*>(a.w[m]), p.y[m] = a.y[m], p.rows[m] = a.rows;
     p.gscale[m] = 1.f;
-    p.block0[m + 1] = p.block0[m] + blocks_for(a.rows);
   }
   p.ids = a.ids, p.expert_bytes = a.expert_stride ? a.expert_stride : a.rows * rb, p.x_div = a.x_div, p.x_slot = a.x_slot;
-  p.y_slot = a.y_slot;
-  launch_format(a.dtype, p, 1,
-                dim3(static_cast<unsigned>(p.block0[a.count]), static_cast<unsigned>(a.slots)));
+  p.y_slot = a.y_slot, p.x_up = a.x_up;
+  FT_CHECK(!a.x_up || reinterpret_cast<uintptr_t>(a.x_up) % 16 == 0,
+           "quant_experts_gemv: x_up not 16-byte aligned");
+  launch_format(a.dtype, p, 1, a.slots);
 }
 
 }  // namespace ft::cuda
