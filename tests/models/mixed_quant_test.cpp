@@ -8,6 +8,7 @@
 
 #include <filesystem>
 
+#include "backend/cuda/cuda_ops.h"
 #include "io/gguf_writer.h"
 #include "model/gguf_export.h"
 #include "model/kl_divergence.h"
@@ -122,6 +123,42 @@ TEST(GgufMix, MoreBitsRuleAndParse) {
   EXPECT_EQ(gguf_mix_type(m, "blk.2.ffn_gate_exps.weight", 6), ggml(QuantType::Q4_K));
   EXPECT_EQ(gguf_mix_type(m, "blk.2.attn_output.weight", 6), ggml(QuantType::Q4_K));
   EXPECT_EQ(gguf_mix_type(GgufMix::Q5_K_M, "token_embd.weight", 6), ggml(QuantType::Q5_K));
+}
+
+// The expert record layout the CUDA expert stacks and slot pools use (plain C++, cuda_ops.h):
+// FP8 / NVFP4 records carry their scales after the rows, 16-byte aligned; other formats are
+// their rows. A DeviceExperts is uniform (the single-format decode paths) only with one dtype
+// without external scales and natural strides.
+TEST(ExpertRecord, LayoutAndUniformity) {
+  const auto q4 = cuda::expert_record(DType::Q4_K, 224, 256);
+  EXPECT_EQ(q4.data, 224u * 144u);
+  EXPECT_EQ(q4.bytes, q4.data);
+  const auto fp8 = cuda::expert_record(DType::F8_E4M3_B128, 256, 224);  // 2 x 2 tiles
+  EXPECT_EQ(fp8.data, 256u * 224u);
+  EXPECT_EQ(fp8.scale_offset, fp8.data);
+  EXPECT_EQ(fp8.bytes, fp8.data + 16u);
+  const auto fp8b = cuda::expert_record(DType::F8_E4M3_B128, 130, 200);  // odd: 2 x 2 tiles
+  EXPECT_EQ(fp8b.scale_offset % 16, 0u);
+  EXPECT_GE(fp8b.scale_offset, fp8b.data);
+  EXPECT_EQ(fp8b.bytes, fp8b.scale_offset + 16u);
+  const auto nv = cuda::expert_record(DType::NVFP4, 224, 256);
+  EXPECT_EQ(nv.data, 224u * 16u * 9u);
+  EXPECT_EQ(nv.bytes, (nv.data + 15) / 16 * 16 + 16);
+
+  cuda::DeviceExperts e{.dtype = DType::Q4_K, .n_experts = 8, .hidden = 256, .inter = 256};
+  EXPECT_TRUE(e.uniform());
+  EXPECT_EQ(e.expert_stride(2), cuda::expert_record(DType::Q4_K, 256, 256).bytes);
+  e.types[2] = DType::Q6_K;  // a Q4_K_M layer's down
+  EXPECT_FALSE(e.uniform());
+  EXPECT_EQ(e.expert_stride(2), cuda::expert_record(DType::Q6_K, 256, 256).bytes);
+  e.types[2] = DType::Q4_K;
+  e.stride[2] = cuda::expert_record(DType::Q6_K, 256, 256).bytes;  // a pool sized for Q6_K
+  EXPECT_FALSE(e.uniform());
+  e.stride[2] = cuda::expert_record(DType::Q4_K, 256, 256).bytes;  // explicit natural stride
+  EXPECT_TRUE(e.uniform());
+  const cuda::DeviceExperts f{.dtype = DType::F8_E4M3_B128, .n_experts = 8, .hidden = 256,
+                              .inter = 256};
+  EXPECT_FALSE(f.uniform());  // per-expert scales: the mixed path
 }
 
 TEST_F(MixedQuant, Q4KMLoadsEachTensorInItsType) {
