@@ -203,6 +203,7 @@ PrefixCacheStats PrefixCache::stats() const {
           .device_snapshots = s.device,
           .device_slots = s.device_slots,
           .snapshot_spills = s.spilled,
+          .snapshot_hits = s.hits,
           .kv_bytes = pool_.bytes(),
           .snapshot_bytes = s.bytes,
           .snapshot_budget = s.budget,

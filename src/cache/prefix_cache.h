@@ -67,6 +67,7 @@ struct PrefixCacheStats {
   int64_t evicted_pages = 0;
   int64_t snapshots = 0, snapshot_evictions = 0;
   int64_t device_snapshots = 0, device_slots = 0, snapshot_spills = 0;  // the device tier
+  int64_t snapshot_hits = 0;  // restores that loaded a snapshot, since start
   size_t kv_bytes = 0, snapshot_bytes = 0, snapshot_budget = 0;
   int64_t lookups = 0, hit_tokens = 0;  // restores and the tokens they loaded, since start
 };

@@ -155,6 +155,7 @@ AgentRun replay_agent(Engine& e, const std::vector<std::vector<int32_t>>& prompt
     r->prompt = prompt;
     r->max_tokens = 1;
     r->ignore_eos = true;
+    const int64_t steps0 = e.stats().steps_total;
     Timer t;
     e.submit(r);
     AgentTurn turn{.prompt = static_cast<int64_t>(prompt.size()),
@@ -169,6 +170,7 @@ AgentRun replay_agent(Engine& e, const std::vector<std::vector<int32_t>>& prompt
       turn.recomputed = ev.usage.prompt_tokens - ev.usage.cached_tokens;
       break;
     }
+    turn.passes = e.stats().steps_total - steps0;
     run.turns.push_back(turn);
     prev = &prompt;
   }
@@ -194,13 +196,14 @@ struct AgentBenchOptions {
 };
 
 void print_run(const AgentRun& r) {
-  std::printf("\n%s\n| turn | prompt | new | recomputed | ratio | TTFT ms |\n|---|---|---|---|---|---|\n",
-              r.mode.c_str());
+  std::printf("\n%s\n| turn | prompt | new | recomputed | ratio | passes | TTFT ms |\n"
+              "|---|---|---|---|---|---|---|\n", r.mode.c_str());
   for (size_t i = 0; i < r.turns.size(); ++i) {
     const AgentTurn& t = r.turns[i];
-    std::printf("| %zu | %lld | %lld | %lld | %.2f | %.1f |\n", i, (long long)t.prompt,
+    std::printf("| %zu | %lld | %lld | %lld | %.2f | %lld | %.1f |\n", i, (long long)t.prompt,
                 (long long)t.fresh, (long long)t.recomputed,
-                double(t.recomputed) / double(std::max<int64_t>(1, t.fresh)), t.ttft_s * 1e3);
+                double(t.recomputed) / double(std::max<int64_t>(1, t.fresh)),
+                (long long)t.passes, t.ttft_s * 1e3);
   }
   std::printf("%s, turns 1..%zu: TTFT worst %.1f ms, mean %.1f ms; recomputed/new max %.2fx, "
               "overall %.2fx\n", r.mode.c_str(), r.turns.size() - 1, r.worst_ttft_s * 1e3,
@@ -211,6 +214,7 @@ nlohmann::json run_json(const AgentRun& r) {
   nlohmann::json turns = nlohmann::json::array();
   for (const AgentTurn& t : r.turns)
     turns.push_back({{"prompt", t.prompt}, {"new", t.fresh}, {"recomputed", t.recomputed},
+                     {"passes", t.passes},
                      {"ttft_s", t.ttft_s}, {"first_id", t.first_id}});
   return {{"mode", r.mode}, {"turns", turns}, {"worst_ttft_s", r.worst_ttft_s},
           {"mean_ttft_s", r.mean_ttft_s}, {"max_ratio", r.max_ratio},

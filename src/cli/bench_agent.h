@@ -21,6 +21,7 @@ struct AgentTurn {
   int64_t prompt = 0;      // prompt tokens
   int64_t fresh = 0;       // tokens after the longest common prefix with the previous prompt
   int64_t recomputed = 0;  // prompt tokens the engine ran (prompt - cached)
+  int64_t passes = 0;      // engine steps (forward passes) the turn took
   double ttft_s = 0;
   int32_t first_id = -1;   // the greedy first token (identical whatever the cache did)
 };

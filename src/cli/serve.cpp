@@ -214,9 +214,20 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--elastic-grow-cooldown", o->engine.elastic.grow_cooldown_s,
                   "Seconds after a resize before the watcher grows a pool")
       ->check(CLI::Range(0.0, 3600.0))->capture_default_str();
+  // The prefix cache's VRAM tier of recurrent-state snapshots (issue #7, hybrid models on CUDA).
+  auto snapshot_vram = std::make_shared<std::string>("auto");
+  cmd->add_option("--snapshot-vram", *snapshot_vram,
+                  "GPU memory for recurrent-state snapshots of the prefix cache (hybrid models), "
+                  "from the --gpu-memory budget, e.g. 1GiB; auto: an eighth of the budget, at "
+                  "most 64 snapshots; 0: host RAM only")
+      ->check(checked([](const std::string& v) { if (v != "auto") parse_size(v); }))
+      ->capture_default_str();
   auto* ctx = cmd->get_option("--ctx-size");
-  cmd->callback([o, ctx, elastic_on, elastic_floor, elastic_margin] {
+  cmd->callback([o, ctx, elastic_on, elastic_floor, elastic_margin, snapshot_vram] {
     o->backend.ctx_size_given = ctx->count() > 0;
+    o->backend.state_snapshot_vram = *snapshot_vram == "auto"
+                                         ? BackendOptions::k_snapshot_vram_auto
+                                         : parse_size(*snapshot_vram);
     o->engine.elastic.on = parse_on_off("--elastic", *elastic_on);
     if (!elastic_floor->empty()) o->engine.elastic.floor_bytes = parse_size(*elastic_floor);
     if (!elastic_margin->empty()) o->engine.elastic.grow_margin_bytes = parse_size(*elastic_margin);

@@ -1,6 +1,8 @@
 // Backend flag validation and the GPU sequence layout (plain C++, shared by both builds).
 #include "engine/backend.h"
 
+#include <algorithm>
+
 #include "base/error.h"
 #include "cache/memory_plan.h"
 #include "experts/bw_profile.h"
@@ -27,6 +29,20 @@ void validate_backend_options(const BackendOptions& b) {
     fail("--nnodes {} needs --master ADDR:PORT (node 0's address)", b.nnodes);
   if (b.kv_dtype != "bf16" && b.kv_dtype != "f32")
     fail("--kv-dtype must be bf16 or f32, got '{}'", b.kv_dtype);
+}
+
+int32_t snapshot_vram_slots(size_t requested, size_t snap_bytes, size_t budget) {
+  if (snap_bytes == 0 || requested == 0) return 0;
+  constexpr int64_t k_auto_max = 64;
+  if (requested == BackendOptions::k_snapshot_vram_auto)
+    return static_cast<int32_t>(std::min<int64_t>(k_auto_max, budget / 8 / snap_bytes));
+  if (requested > budget / 2)
+    fail("--snapshot-vram {:.2f} GiB is more than half the GPU memory budget ({:.2f} GiB); "
+         "lower it or raise --gpu-memory", requested / double(1 << 30), budget / double(1 << 30));
+  if (requested < snap_bytes)
+    fail("--snapshot-vram {:.1f} MiB holds no recurrent-state snapshot ({:.1f} MiB each); give "
+         "at least that, or 0 for none", requested / double(1 << 20), snap_bytes / double(1 << 20));
+  return static_cast<int32_t>(requested / snap_bytes);
 }
 
 GpuSeqLayout gpu_seq_layout(const EngineOptions& opt, const BackendOptions& b) {

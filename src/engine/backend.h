@@ -26,11 +26,20 @@ struct BackendOptions {
   std::string master;
   // VRAM for the prefix cache's recurrent-state snapshots (hybrid models; taken from the
   // budget before the planner splits it): as many whole snapshots as fit.
+  // k_snapshot_vram_auto (`ft serve --snapshot-vram auto`): see snapshot_vram_slots.
   size_t state_snapshot_vram = 0;
+  static constexpr size_t k_snapshot_vram_auto = ~size_t{0};
   // GPU KV cache element type: bf16 (half the bytes; flash attention on tensor cores) or f32
   // (the CPU backend's arithmetic: GPU and CPU greedy ids agree exactly).
   std::string kv_dtype = "bf16";
 };
+
+// The VRAM snapshot tier's slots for a GPU budget: the whole snapshots of snap_bytes (one
+// sequence's recurrent state; 0 for models without one: no tier) that `requested` bytes hold;
+// k_snapshot_vram_auto: an eighth of the budget, at most 64 snapshots. Throws ft::Error (the
+// --snapshot-vram flag, the numbers, the fix) when an explicit size is more than half the budget
+// or holds no whole snapshot.
+int32_t snapshot_vram_slots(size_t requested, size_t snap_bytes, size_t budget);
 
 // Flag checks that need no model or device; throws ft::Error naming the flag and the fix.
 void validate_backend_options(const BackendOptions& b);

@@ -163,10 +163,16 @@ class CudaRunner : public Runner {
   void read_slot(int32_t slot, float* dst) override {
     cuda::copy_to_host(dst, slot_at(slot), tf_.state_bytes_per_seq());
   }
+  int32_t capture_slots() const override { return tf_.capture_slots(); }
+  void capture_export(int32_t c, float* dst) override { tf_.read_capture(c, dst); }
+  void capture_to_slot(int32_t c, int32_t slot) override {
+    tf_.capture_to_device(c, slot_at(slot));
+  }
 
   void forward_batch(std::span<const RunnerStep> steps) override {
     batch_.clear();
-    for (const RunnerStep& s : steps) batch_.push_back({s.seq, s.ids, s.n, s.pos0, s.logits});
+    for (const RunnerStep& s : steps)
+      batch_.push_back({s.seq, s.ids, s.n, s.pos0, s.logits, s.marks, s.n_marks});
     tf_.forward_batch(batch_);
   }
 
@@ -250,9 +256,7 @@ std::unique_ptr<Runner> make_runner(const Model& model, EngineOptions& opt,
   }
   // The prefix cache's VRAM snapshot tier comes off the budget first (at most half of it).
   const size_t snap_bytes = state_snapshot_bytes(model.config());
-  const int32_t snap_slots = snap_bytes ? static_cast<int32_t>(std::min(
-                                              b.state_snapshot_vram, budget / 2) / snap_bytes)
-                                        : 0;
+  const int32_t snap_slots = snapshot_vram_slots(b.state_snapshot_vram, snap_bytes, budget);
   budget -= snap_slots * snap_bytes;
   const GpuSeqLayout layout = gpu_seq_layout(opt, b);
   const HostExperts shape = HostExperts::shape_of(model);

@@ -32,6 +32,9 @@ struct Engine::Slot {
   int64_t cached = 0;             // prompt tokens restored from the prefix cache
   std::vector<int64_t> cuts;      // anchor positions still ahead in the prompt
   size_t next_cut = 0;
+  // This step's in-pass captures (hybrid, Runner::capture_slots): positions, capture indices.
+  std::vector<int64_t> marks;
+  std::vector<int32_t> mark_ids;
 
   Slot(std::shared_ptr<Request> r, const Tokenizer& tok, const ModelConfig& c, Runner& run,
        int seq)
@@ -396,8 +399,15 @@ void Engine::prefix_save(Slot& s, bool at_end) {
     bool anchor = false;
     while (s.next_cut < s.cuts.size() && s.cuts[s.next_cut] <= s.done) {
       const int64_t cut = s.cuts[s.next_cut++];
-      if (cut == s.done) anchor = true;
-      else if (!prefix_->hybrid()) prefix_->save(s.tokens, cut, io, true);
+      const auto m = std::find(s.marks.begin(), s.marks.end(), cut);
+      if (cut == s.done) {
+        anchor = true;
+      } else if (!prefix_->hybrid()) {
+        prefix_->save(s.tokens, cut, io, true);
+      } else if (m != s.marks.end()) {  // captured inside the step
+        CaptureSeqIO cio(*runner_, s.seq, s.mark_ids[m - s.marks.begin()]);
+        prefix_->save(s.tokens, cut, cio, true);
+      }
     }
     if (s.done > s.prompt_len)  // decoding: after an `after` id (</think>, </tool_call>, ...)
       anchor = std::find(anchors_.after.begin(), anchors_.after.end(), s.tokens[s.done - 1]) !=
@@ -433,6 +443,11 @@ void Engine::step(std::vector<std::unique_ptr<Slot>>& running) {
   std::vector<RunnerStep> batch;
   std::vector<Slot*> members;
   int64_t budget = opt_.chunk, prefill = 0, decode = 0;
+  // Hybrid prefills snapshot their state at anchors: inside the chunk where the runner captures
+  // it (up to capture_slots() per step), else the chunk ends at the anchor.
+  const int32_t captures = prefix_ && prefix_->hybrid() ? runner_->capture_slots() : 0;
+  int32_t captured = 0;
+  for (auto& s : running) s->marks.clear(), s->mark_ids.clear();
   for (auto& s : running)
     if (static_cast<int64_t>(s->tokens.size()) - s->done == 1 && s->done >= s->prompt_len) {
       batch.push_back({s->seq, s->tokens.data() + s->done, 1, s->done, s->logits.data()});
@@ -444,11 +459,18 @@ void Engine::step(std::vector<std::unique_ptr<Slot>>& running) {
     const int64_t left = static_cast<int64_t>(s->tokens.size()) - s->done;
     if (s->done >= s->prompt_len || budget <= 0) continue;
     int64_t n = std::min(left, budget);
-    if (s->next_cut < s->cuts.size() && prefix_->hybrid())
-      n = std::min(n, s->cuts[s->next_cut] - s->done);
+    if (s->next_cut < s->cuts.size() && prefix_->hybrid()) {
+      size_t c = s->next_cut;
+      for (; c < s->cuts.size() && s->cuts[c] < s->done + n && captured < captures; ++c) {
+        s->marks.push_back(s->cuts[c]);
+        s->mark_ids.push_back(captured++);
+      }
+      if (c < s->cuts.size()) n = std::min(n, s->cuts[c] - s->done);
+    }
     const bool last = n == left;
     batch.push_back({s->seq, s->tokens.data() + s->done, n, s->done,
-                     last ? s->logits.data() : nullptr});
+                     last ? s->logits.data() : nullptr, s->marks.data(),
+                     static_cast<int32_t>(s->marks.size())});
     members.push_back(s.get());
     budget -= n;
     prefill += n;

@@ -16,13 +16,17 @@
 namespace ft {
 
 // One sequence's part of a step: n tokens at positions pos0.. appended to slot seq's cache;
-// logits [vocab] of the last token, or nullptr when not needed (a mid-prompt chunk).
+// logits [vocab] of the last token, or nullptr when not needed (a mid-prompt chunk). marks:
+// n_marks ascending positions in (pos0, pos0 + n) where the runner captures the recurrent
+// state (Runner::capture_slots), numbered in batch order from 0.
 struct RunnerStep {
   int seq;
   const int32_t* ids;
   int64_t n;
   int64_t pos0;
   float* logits;
+  const int64_t* marks = nullptr;
+  int32_t n_marks = 0;
 };
 
 // Counters since start-up (cumulative) and the memory plan, for /v1/stats, /metrics and the
@@ -98,6 +102,14 @@ class Runner {
   virtual void state_to_slot(int seq, int32_t slot) { no_io(); }
   virtual void slot_to_state(int32_t slot, int seq, int64_t len) { no_io(); }
   virtual void read_slot(int32_t slot, float* dst) { no_io(); }
+  // In-pass state captures (hybrid models; 0: none, the engine then ends prefill chunks at
+  // anchors): a step keeps a copy of the recurrent state at each of its marks, at most
+  // capture_slots() in a step, numbered in batch order; capture c (valid until the next step)
+  // to the host, or to a device-tier slot. An offloaded prefill then streams its experts once
+  // for several anchors.
+  virtual int32_t capture_slots() const { return 0; }
+  virtual void capture_export(int32_t c, float* dst) { no_io(); }
+  virtual void capture_to_slot(int32_t c, int32_t slot) { no_io(); }
 
   // Elastic memory (issue #9). pools(): the runner's resizable pools ("moe", "kv"); none by
   // default. resize() applies a target (validated by the engine against pools()) between

@@ -27,4 +27,16 @@ class RunnerSeqIO : public SeqCacheIO {
   int seq_;
 };
 
+// Saving the state a step captured at a mark: KV from the slot, the state from capture c.
+class CaptureSeqIO : public RunnerSeqIO {
+ public:
+  CaptureSeqIO(Runner& r, int seq, int32_t capture) : RunnerSeqIO(r, seq), r_(r), c_(capture) {}
+  void read_state(float* dst) override { r_.capture_export(c_, dst); }
+  void state_to_slot(int32_t slot) override { r_.capture_to_slot(c_, slot); }
+
+ private:
+  Runner& r_;
+  int32_t c_;
+};
+
 }  // namespace ft

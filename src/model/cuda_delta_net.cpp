@@ -4,6 +4,8 @@
 // Transformer::shared_expert op for op.
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <string>
 
 #include "base/error.h"
 #include "base/half.h"
@@ -15,6 +17,11 @@ namespace {
 cuda::DeviceBuffer floats(int64_t count) {
   return cuda::DeviceBuffer(std::max<int64_t>(1, count) * sizeof(float));
 }
+
+// Passes of at least this many tokens run the chunked delta rule (measured: hybrid_benchmark).
+constexpr int64_t k_delta_chunked_min = 64;
+// In-pass state captures a pass may hold (prefix-cache anchors inside one prefill chunk).
+constexpr int32_t k_state_captures = 8;
 
 int64_t delta_layers(const ModelConfig& c) {
   int64_t n = 0;
@@ -59,7 +66,7 @@ size_t hybrid_scratch_bytes(const ModelConfig& c, int64_t T, int max_seqs) {
   if (c.has_delta()) {
     const DeltaNetConfig& d = c.delta;
     f += T * (2 * d.conv_dim() + 2 * d.value_dim() + 2 * d.n_v_heads);
-    f += static_cast<size_t>(std::max(1, max_seqs)) * delta_layers(c) *
+    f += static_cast<size_t>(std::max(1, max_seqs) + k_state_captures) * delta_layers(c) *
          (conv_floats(c) + ssm_floats(c));
   }
   if (c.shared_expert_dim > 0) f += T * (2 * c.shared_expert_dim + 1);
@@ -107,6 +114,9 @@ void CudaTransformer::alloc_hybrid(int64_t T) {
   dn_qkv_ = floats(T * d.conv_dim()), dn_conv_ = floats(T * d.conv_dim());
   dn_z_ = floats(T * d.value_dim()), dn_out_ = floats(T * d.value_dim());
   dn_b_ = floats(T * d.n_v_heads), dn_a_ = floats(T * d.n_v_heads);
+  const char* env = std::getenv("FT_STATE_CAPTURE");  // 0: chunks end at anchors (A/B runs)
+  n_captures_ = env && std::string(env) == "0" ? 0 : k_state_captures;
+  if (n_captures_ > 0) captures_ = floats(n_captures_ * state_stride_);
 }
 
 float* CudaTransformer::conv_state(int64_t l) const {
@@ -122,6 +132,21 @@ void CudaTransformer::begin_recurrent(std::span<const CudaSeqStep> steps) {
     if (s.pos0 != 0 && s.pos0 != rec_len_[s.seq])
       fail("the recurrent state of sequence {} holds {} tokens; a step cannot start at position {}",
            s.seq, rec_len_[s.seq], s.pos0);
+  step_starts_.assign(1, 0);
+  mark_at_.clear(), step_seqs_.clear();
+  for (const CudaSeqStep& s : steps) {
+    for (int32_t i = 0; i < s.n_marks; ++i) {
+      const int64_t m = s.marks[i];
+      if (m <= s.pos0 || m >= s.pos0 + s.n || (i > 0 && m <= s.marks[i - 1]))
+        fail("state capture mark {} is not inside the step [{}, {}) in order", m, s.pos0,
+             s.pos0 + s.n);
+      mark_at_.push_back(static_cast<int32_t>(step_starts_.back() + m - s.pos0));
+    }
+    step_starts_.push_back(step_starts_.back() + s.n);
+    step_seqs_.push_back(s.seq);
+  }
+  if (static_cast<int32_t>(mark_at_.size()) > n_captures_)
+    fail("{} state capture marks in one pass; this runner holds {}", mark_at_.size(), n_captures_);
   for (const CudaSeqStep& s : steps) {
     if (s.pos0 == 0)
       cuda::memset_async(state_.as<float>() + s.seq * state_stride_, 0,
@@ -155,6 +180,7 @@ void CudaTransformer::delta_net_block(int64_t l, int64_t n) {
     cuda::matmul(*blas_, xn, n, D.a, a);
   }
   const int32_t* seq = seq_.as<int32_t>();
+  if (!mark_at_.empty()) capture_conv(l, qkv);  // before the conv advances the state
   cuda::causal_conv1d_silu({.x = qkv,
                             .out = conv,
                             .n = n,
@@ -176,7 +202,7 @@ void CudaTransformer::delta_net_block(int64_t l, int64_t n) {
                     .a_log = D.a_log,
                     .dt_bias = D.dt_bias,
                     .n_v_heads = nv});
-  cuda::gated_delta_rule({.q = conv,
+  const cuda::DeltaRuleArgs rule{.q = conv,
                           .k = conv + K,
                           .v = conv + 2 * K,
                           .qkv_stride = cd,
@@ -190,7 +216,20 @@ void CudaTransformer::delta_net_block(int64_t l, int64_t n) {
                           .state = ssm_state(l),
                           .seq_stride = state_stride_,
                           .seq = seq,
-                          .out = out});
+                          .out = out};
+  // Prefill passes take the chunked form (chunks of 64 tokens); decode and small passes (and
+  // graph captures) the recurrent form.
+  if (!mark_at_.empty()) {
+    cuda::StateMarks marks{.at = mark_at_,
+                           .dst = captures_.as<float>() + n_delta_ * conv_size_ +
+                                  kv_slot_[l] * ssm_size_,
+                           .dst_stride = state_stride_};
+    for (size_t i = 0; i < mark_at_.size(); ++i) marks.slot.push_back(static_cast<int32_t>(i));
+    cuda::gated_delta_rule_chunked(rule, step_starts_, marks);
+  } else if (n >= k_delta_chunked_min)
+    cuda::gated_delta_rule_chunked(rule, step_starts_);
+  else
+    cuda::gated_delta_rule(rule);
   cuda::gated_rmsnorm(out, z, n * nv, d.v_head_dim, D.norm, c_.rms_eps);
   if (small) {
     const cuda::GemvOut o{.w = D.out, .y = x, .accumulate = true};

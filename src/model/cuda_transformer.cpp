@@ -416,7 +416,7 @@ void CudaTransformer::pass(std::span<const CudaSeqStep> steps, int64_t n, float*
   if (n <= cuda::k_gemv_max_tokens) {
     // A sampled pass runs eagerly with the time-split events (graph replays time nothing).
     const bool timed = sampler_.next();
-    if (graphs_on_ && capturable_ && !timed) {
+    if (graphs_on_ && capturable_ && !timed && mark_at_.empty()) {  // captures: eager
       auto& g = graphs_[n];
       if (!g) {  // kept only once instantiated: a pass that throws leaves no half graph
         auto fresh = std::make_unique<cuda::Graph>();

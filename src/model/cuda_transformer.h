@@ -46,13 +46,16 @@ struct CudaOffload {
 
 // One sequence's share of a forward_batch pass: n tokens ids[0..n) at positions pos0.. of
 // sequence `seq` (its cache must hold 0..pos0-1). logits: host [vocab] for the last of the n
-// tokens, or nullptr.
+// tokens, or nullptr. marks: n_marks ascending positions in (pos0, pos0 + n) where a hybrid
+// model's recurrent state is captured (capture_slots), numbered in pass order from 0.
 struct CudaSeqStep {
   int seq;
   const int32_t* ids;
   int64_t n;
   int64_t pos0;
   float* logits;
+  const int64_t* marks = nullptr;
+  int32_t n_marks = 0;
 };
 
 // Cumulative runtime counters. Timings in seconds, best effort: t_attention / t_routing /
@@ -165,6 +168,13 @@ class CudaTransformer {
   // (model/cuda_transformer_prefix.cpp).
   void state_to_device(int seq, void* dst);
   void state_from_device(int seq, const void* src, int64_t recurrent_len);
+  // In-pass captures (model/cuda_transformer_capture.cpp): the states at the last pass's marks,
+  // capture c in the state layout above, to the host or to caller-owned device memory.
+  // capture_slots(): marks a pass may hold (0 without DeltaNet layers or with
+  // FT_STATE_CAPTURE=0).
+  int32_t capture_slots() const { return n_captures_; }
+  void read_capture(int32_t c, float* host);
+  void capture_to_device(int32_t c, void* dst);
 
  private:
   // Device views of one layer's weights (nullptr / empty where the layer has none).
@@ -281,6 +291,13 @@ class CudaTransformer {
   std::vector<int64_t> kv_slot_;
   int64_t n_delta_ = 0, conv_size_ = 0, ssm_size_ = 0, state_stride_ = 0;
   std::vector<int64_t> rec_len_;  // [max_seqs] tokens each state summarises
+  std::vector<int64_t> step_starts_;  // this pass's step offsets, then n (chunked delta rule)
+  // In-pass captures: [n_captures_, state_stride_]; this pass's marks as pass token indices
+  // (the state after the tokens before it) with their step.
+  void capture_conv(int64_t layer, const float* qkv);  // before the conv overwrites the state
+  int32_t n_captures_ = 0;
+  cuda::DeviceBuffer captures_;
+  std::vector<int32_t> mark_at_, step_seqs_;
   cuda::DeviceBuffer state_, qg_, dn_qkv_, dn_conv_, dn_z_, dn_b_, dn_a_, dn_out_, sh_g_, sh_u_,
       sh_logit_;
 };

@@ -101,6 +101,10 @@ nlohmann::json stats_json(const Engine& e) {
             {"snapshot_bytes", s.prefix.snapshot_bytes},
             {"snapshot_budget_bytes", s.prefix.snapshot_budget},
             {"snapshot_evictions", s.prefix.snapshot_evictions},
+            {"snapshot_hits", s.prefix.snapshot_hits},
+            {"snapshot_spills", s.prefix.snapshot_spills},
+            {"snapshot_vram_slots", s.prefix.device_slots},
+            {"snapshot_vram_used", s.prefix.device_snapshots},
             {"lookups", s.prefix.lookups}}},
           {"elastic", elastic_json(s.elastic)},
           {"max_running_requests", e.options().max_running},
@@ -164,6 +168,16 @@ void register_control_routes(httplib::Server& http, ServerContext& ctx) {
     metric("prefix_cache_pages_used", "gauge", "Prefix cache KV pages in use", s.prefix.pages_used);
     metric("prefix_cache_snapshot_bytes", "gauge", "Recurrent-state snapshot bytes held",
            s.prefix.snapshot_bytes);
+    metric("prefix_cache_snapshot_vram_slots", "gauge", "VRAM snapshot slots (device tier)",
+           s.prefix.device_slots);
+    metric("prefix_cache_snapshot_vram_used", "gauge", "VRAM snapshot slots in use",
+           s.prefix.device_snapshots);
+    metric("prefix_cache_snapshot_spills_total", "counter",
+           "Snapshots spilled from VRAM to host RAM", s.prefix.snapshot_spills);
+    metric("prefix_cache_snapshot_evictions_total", "counter", "Snapshots evicted (LRU)",
+           s.prefix.snapshot_evictions);
+    metric("prefix_cache_snapshot_hits_total", "counter", "Restores from a snapshot",
+           s.prefix.snapshot_hits);
     metric("memory_budget_bytes", "gauge", "GPU memory budget (0 on the CPU backend)",
            r.memory_budget);
     const ElasticStats& x = s.elastic;

@@ -6,6 +6,7 @@
 // anchors recomputed stays <= 1.1x the new tokens of every turn.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 
 #include "cli/bench_agent.h"
@@ -74,6 +75,22 @@ TEST_P(BenchAgent, RecomputedTokensMatchTheAnchorsOnTheCpu) {
     for (size_t i = 0; i < prompts.size(); ++i) {
       const AgentTurn& t = r.turns[i];
       EXPECT_EQ(t.recomputed, t.prompt - want[i]) << (semantic ? "anchors" : "every") << " turn " << i;
+      // One pass per chunk: chunks of at most 512 tokens that end at every anchor (the CPU
+      // runner captures no state inside a pass).
+      const std::vector<int64_t> cuts = thin_anchors(
+          find_anchors(prompts[i], semantic ? anchor_tokens(tok) : AnchorTokens{}, 256, want[i]),
+          GetParam(), want[i], t.prompt);
+      int64_t passes = 0;
+      for (int64_t done = want[i]; done < t.prompt; ++passes) {
+        int64_t n = std::min<int64_t>(512, t.prompt - done);
+        for (int64_t c : cuts)
+          if (c > done) {
+            n = std::min(n, c - done);
+            break;
+          }
+        done += n;
+      }
+      EXPECT_EQ(t.passes, passes) << (semantic ? "anchors" : "every") << " turn " << i;
       EXPECT_GT(t.ttft_s, 0);
       EXPECT_EQ(t.first_id, cold.turns[i].first_id) << "greedy token differs with the cache";
       if (i == 0) continue;

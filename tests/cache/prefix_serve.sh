@@ -6,7 +6,12 @@ set -u
 ft=$1 model=$2
 export FT_LOG_LEVEL=error
 port=$((20000 + ($$ + 7919) % 20000))
-"$ft" serve --model "$model" --port $port 2>/tmp/ft_ps_log.$$ &
+# A bad --snapshot-vram is refused before the model loads, naming the flag.
+bad=$("$ft" serve --model "$model" --port $port --snapshot-vram lots 2>&1)
+if [ $? -eq 0 ] || ! printf '%s' "$bad" | grep -q -- '--snapshot-vram'; then
+  echo "FAIL snapshot-vram-refused: $bad"; exit 1
+fi
+"$ft" serve --model "$model" --port $port --snapshot-vram 1GiB 2>/tmp/ft_ps_log.$$ &
 pid=$!
 trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null; rm -f /tmp/ft_ps_log.$$' EXIT
 for _ in $(seq 1 300); do
@@ -41,7 +46,16 @@ stats=$(curl -sf "http://127.0.0.1:$port/v1/stats")
 printf '%s' "$stats" | python3 -c '
 import json,sys
 p=json.load(sys.stdin)["prefix_cache"]
-assert p["enabled"] and p["pages_used"] > 0 and p["pages_total"] > 0 and p["cached_tokens_total"] >= 40, p' \
+assert p["enabled"] and p["pages_used"] > 0 and p["pages_total"] > 0 and p["cached_tokens_total"] >= 40, p
+# The snapshot tier occupancy (no VRAM tier on the CPU; attention-only demo: no snapshots).
+for k in ("snapshots", "snapshot_bytes", "snapshot_hits", "snapshot_spills", "snapshot_evictions"):
+  assert isinstance(p[k], int) and p[k] >= 0, (k, p)
+assert p["snapshot_vram_slots"] == 0 and p["snapshot_vram_used"] == 0, p' \
   || { echo "FAIL stats: $stats"; fails=$((fails + 1)); }
+metrics=$(curl -sf "http://127.0.0.1:$port/metrics")
+for m in prefix_cache_snapshot_vram_slots prefix_cache_snapshot_vram_used \
+         prefix_cache_snapshot_spills_total prefix_cache_snapshot_hits_total; do
+  printf '%s' "$metrics" | grep -q "^ft_$m " || { echo "FAIL metrics: no ft_$m"; fails=$((fails + 1)); }
+done
 [ $fails -eq 0 ] && echo "prefix_serve: all checks passed (cached $c2 of $p2; anthropic $c3)"
 exit $fails

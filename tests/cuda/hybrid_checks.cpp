@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <functional>
 
 #include "backend/cpu/kernels.h"
 #include "base/error.h"
@@ -137,13 +138,20 @@ std::string prep_check(int64_t nk, int64_t dk, int64_t nv, int64_t dv) {
          close(down(da, a.size()), a, 1e-5f, what + " g");
 }
 
-// gated_delta_rule over multi-sequence layouts (two passes each) vs ops:: (recurrent for one
-// token, chunked otherwise, as the CPU forward runs it).
-std::string rule_check(int64_t nk, int64_t dk, int64_t nv, int64_t dv) {
+// Layouts for the chunked form: chunk (64) boundaries, lengths not a multiple of 64, several
+// sequences of mixed lengths (decode-sized among them) in one pass.
+const std::vector<std::vector<std::pair<int, int64_t>>> k_chunk_layouts = {
+    {{0, 64}}, {{1, 128}}, {{0, 200}}, {{2, 63}, {0, 65}}, {{1, 1}, {0, 129}, {2, 7}},
+    {{0, 300}, {1, 64}, {2, 2}}};
+
+// gated_delta_rule (recurrent) or gated_delta_rule_chunked over multi-sequence layouts (two
+// passes each; the states start non-zero) vs ops:: (recurrent for one token, chunked
+// otherwise, as the CPU forward runs it).
+std::string rule_check(int64_t nk, int64_t dk, int64_t nv, int64_t dv, bool chunked = false) {
   std::string err;
   const int seqs = 3;
   const int64_t K = nk * dk, stride = 2 * K + nv * dv, ssm = nv * dk * dv;
-  for (const auto& layout : k_layouts) {
+  for (const auto& layout : chunked ? k_chunk_layouts : k_layouts) {
     std::vector<float> state = randv(seqs * ssm, 31, 0.1f);
     DeviceBuffer ds = up(state);
     for (int pass = 0; pass < 2; ++pass) {
@@ -183,23 +191,30 @@ std::string rule_check(int64_t nk, int64_t dk, int64_t nv, int64_t dv) {
       DeviceBuffer dq = up(qkv), dg = up(g), db = up(beta), dseq = up(seq),
                    dout(n * nv * dv * sizeof(float));
       const float* q = dq.as<float>();
-      cuda::gated_delta_rule({.q = q,
-                              .k = q + K,
-                              .v = q + 2 * K,
-                              .qkv_stride = stride,
-                              .g = dg.as<float>(),
-                              .beta = db.as<float>(),
-                              .n = n,
-                              .n_k_heads = nk,
-                              .n_v_heads = nv,
-                              .k_dim = dk,
-                              .v_dim = dv,
-                              .state = ds.as<float>(),
-                              .seq_stride = ssm,
-                              .seq = dseq.as<int32_t>(),
-                              .out = dout.as<float>()});
-      const std::string what = fmt::format("delta rule nk {} dk {} nv {} dv {} steps {} pass {}",
-                                           nk, dk, nv, dv, layout.size(), pass);
+      const cuda::DeltaRuleArgs rule{.q = q,
+                                     .k = q + K,
+                                     .v = q + 2 * K,
+                                     .qkv_stride = stride,
+                                     .g = dg.as<float>(),
+                                     .beta = db.as<float>(),
+                                     .n = n,
+                                     .n_k_heads = nk,
+                                     .n_v_heads = nv,
+                                     .k_dim = dk,
+                                     .v_dim = dv,
+                                     .state = ds.as<float>(),
+                                     .seq_stride = ssm,
+                                     .seq = dseq.as<int32_t>(),
+                                     .out = dout.as<float>()};
+      std::vector<int64_t> starts{0};
+      for (auto [s, len] : layout) starts.push_back(starts.back() + len);
+      if (chunked)
+        cuda::gated_delta_rule_chunked(rule, starts);
+      else
+        cuda::gated_delta_rule(rule);
+      const std::string what =
+          fmt::format("delta rule{} nk {} dk {} nv {} dv {} steps {} n {} pass {}",
+                      chunked ? " chunked" : "", nk, dk, nv, dv, layout.size(), n, pass);
       err += close(down(dout, ref.size()), ref, 1e-4f, what + " out");
       err += close(down(ds, state.size()), state, 1e-4f, what + " state");
     }
@@ -365,40 +380,106 @@ std::string state_io_check(const std::string& dir) {
   }
   return err;
 }
+
+// In-pass state captures: a pass of two steps (sequence 0 continuing at position 20, sequence 2
+// from 0) with 8 marks (one token into a step, inside the conv history, on and next to chunk
+// boundaries, one before the end) keeps at each mark the state a pass of exactly those tokens
+// leaves; the pass's own final states are unchanged; a mark on a step's edge is refused.
+std::string capture_check(const std::string& dir) {
+  Ref r = load_ref(dir);
+  const ModelConfig& c = r.model->config();
+  const int64_t V = c.vocab_size;
+  std::vector<int32_t> a(150), b(70);
+  for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<int32_t>((i * 7919 + 13) % V);
+  for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<int32_t>((i * 104729 + 5) % V);
+  CudaTransformer tf(*r.model, 256, 256, CudaOffload{}, 3);
+  if (tf.capture_slots() < 8) return fmt::format("capture_slots {} < 8\n", tf.capture_slots());
+  const size_t F = tf.state_bytes_per_seq() / sizeof(float);
+  auto state_after = [&](const std::vector<int32_t>& ids, int64_t m) {  // on sequence 1
+    const CudaSeqStep st{.seq = 1, .ids = ids.data(), .n = m, .pos0 = 0, .logits = nullptr};
+    tf.forward_batch({&st, 1});
+    std::vector<float> out(F);
+    tf.read_state(1, out.data());
+    return out;
+  };
+  const CudaSeqStep first{.seq = 0, .ids = a.data(), .n = 20, .pos0 = 0, .logits = nullptr};
+  tf.forward_batch({&first, 1});
+  const std::vector<int64_t> ma{21, 23, 84, 85, 149}, mb{1, 2, 64};
+  const CudaSeqStep pass[2] = {
+      {.seq = 0, .ids = a.data() + 20, .n = 130, .pos0 = 20, .logits = nullptr,
+       .marks = ma.data(), .n_marks = 5},
+      {.seq = 2, .ids = b.data(), .n = 70, .pos0 = 0, .logits = nullptr, .marks = mb.data(),
+       .n_marks = 3}};
+  tf.forward_batch(pass);
+  std::string err;
+  std::vector<std::vector<float>> got(8, std::vector<float>(F));
+  for (int32_t i = 0; i < 8; ++i) tf.read_capture(i, got[i].data());
+  std::vector<float> end0(F), end2(F);
+  tf.read_state(0, end0.data());
+  tf.read_state(2, end2.data());
+  for (int32_t i = 0; i < 8; ++i) {
+    const bool in_a = i < 5;
+    const int64_t m = in_a ? ma[i] : mb[i - 5];
+    err += close(got[i], state_after(in_a ? a : b, m), 2e-3f,
+                 fmt::format("capture {} (sequence {} at {})", i, in_a ? 0 : 2, m));
+  }
+  err += close(end0, state_after(a, 150), 2e-3f, "sequence 0 after the pass");
+  err += close(end2, state_after(b, 70), 2e-3f, "sequence 2 after the pass");
+  for (int64_t m : {int64_t{0}, int64_t{30}}) {  // a step's edges are no marks
+    const CudaSeqStep edge{.seq = 1, .ids = a.data(), .n = 30, .pos0 = 0, .logits = nullptr,
+                           .marks = &m, .n_marks = 1};
+    try {
+      tf.forward_batch({&edge, 1});
+      err += fmt::format("a mark at {} of a step [0, 30) was accepted\n", m);
+    } catch (const Error&) {
+    }
+  }
+  return err;
+}
 }  // namespace
 
 std::string hybrid_benchmark() {
-  // Qwen3-Next / Qwen3.5 DeltaNet shapes: 16 key heads, 32 value heads, 128 x 128 state.
+  // Qwen3-Next / Qwen3.5 / Qwen3.6-35B-A3B DeltaNet shapes: 16 key heads, 32 value heads,
+  // 128 x 128 state. Conv1d + the recurrent rule, and the delta rule alone in both forms.
   const int64_t nk = 16, dk = 128, nv = 32, dv = 128, K = nk * dk, stride = 2 * K + nv * dv;
   std::string out;
-  for (int64_t n : {int64_t{1}, int64_t{256}}) {
+  for (int64_t n : {int64_t{1}, int64_t{256}, int64_t{4096}, int64_t{16384}}) {
     std::vector<float> qkv = randv(n * stride, 1, 0.1f), g(n * nv, -0.1f), beta(n * nv, 0.5f);
     DeviceBuffer dq = up(qkv), dg = up(g), db = up(beta), dseq = up(std::vector<int32_t>(n, 0)),
                  ds = up(std::vector<float>(nv * dk * dv, 0.f)), dout(n * nv * dv * sizeof(float)),
                  dconv(n * stride * sizeof(float)),
                  dw = up(randv(stride * 4, 2, 0.3f)), dcs = up(std::vector<float>(stride * 3, 0.f));
     const float* q = dq.as<float>();
-    auto run = [&] {
+    const cuda::DeltaRuleArgs rule{.q = q, .k = q + K, .v = q + 2 * K, .qkv_stride = stride,
+                                   .g = dg.as<float>(), .beta = db.as<float>(), .n = n,
+                                   .n_k_heads = nk, .n_v_heads = nv, .k_dim = dk, .v_dim = dv,
+                                   .state = ds.as<float>(), .seq_stride = 0,
+                                   .seq = dseq.as<int32_t>(), .out = dout.as<float>()};
+    const std::vector<int64_t> starts{0, n};
+    auto time_us = [&](const std::function<void()>& run) {
+      run();
+      cuda::synchronize();
+      const int reps = n >= 4096 ? 5 : 50;
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int i = 0; i < reps; ++i) run();
+      cuda::synchronize();
+      return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0)
+                 .count() / reps;
+    };
+    const double us = time_us([&] {
       cuda::causal_conv1d_silu({.x = q, .out = dconv.as<float>(), .n = n, .channels = stride,
                                 .w = dw.as<float>(), .kernel = 4, .state = dcs.as<float>(),
                                 .seq_stride = 0, .seq = dseq.as<int32_t>()});
-      cuda::gated_delta_rule({.q = q, .k = q + K, .v = q + 2 * K, .qkv_stride = stride,
-                              .g = dg.as<float>(), .beta = db.as<float>(), .n = n, .n_k_heads = nk,
-                              .n_v_heads = nv, .k_dim = dk, .v_dim = dv, .state = ds.as<float>(),
-                              .seq_stride = 0, .seq = dseq.as<int32_t>(), .out = dout.as<float>()});
-    };
-    run();
-    cuda::synchronize();
-    const int reps = 50;
-    const auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < reps; ++i) run();
-    cuda::synchronize();
-    const double us =
-        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() /
-        reps;
+      cuda::gated_delta_rule(rule);
+    });
     out += fmt::format("deltanet conv1d + delta rule, one layer (16/32 heads, 128x128 state), {} "
                        "tokens: {:.1f} us ({:.0f} tokens/s per layer)\n",
                        n, us, n * 1e6 / us);
+    if (n < 64) continue;
+    const double rec = time_us([&] { cuda::gated_delta_rule(rule); });
+    const double chk = time_us([&] { cuda::gated_delta_rule_chunked(rule, starts); });
+    out += fmt::format("delta rule, one layer, {} tokens: recurrent {:.1f} us, chunked {:.1f} us "
+                       "({:.2f}x)\n", n, rec, chk, rec / chk);
   }
   return out;
 }
@@ -415,12 +496,15 @@ std::vector<Check> hybrid_checks(const std::string& fixtures_dir) {
     const std::string tag = fmt::format("{}_{}_{}_{}", h.nk, h.dk, h.nv, h.dv);
     out.push_back({"hybrid/delta_prep_" + tag, [h] { return prep_check(h.nk, h.dk, h.nv, h.dv); }});
     out.push_back({"hybrid/delta_rule_" + tag, [h] { return rule_check(h.nk, h.dk, h.nv, h.dv); }});
+    out.push_back({"hybrid/delta_chunked_" + tag,
+                   [h] { return rule_check(h.nk, h.dk, h.nv, h.dv, true); }});
   }
   for (auto [r, d] : {std::pair<int64_t, int64_t>{5, 16}, {64, 128}, {9, 24}})
     out.push_back({fmt::format("hybrid/gates_{}_{}", r, d), [r, d] { return small_ops_check(r, d); }});
   for (const char* f : {"qwen3_5_moe", "qwen3_next"}) {
     const std::string dir = fixtures_dir + "/" + f;
     out.push_back({std::string(f) + "/state_io", [dir] { return state_io_check(dir); }});
+    out.push_back({std::string(f) + "/state_capture", [dir] { return capture_check(dir); }});
   }
   return out;
 }

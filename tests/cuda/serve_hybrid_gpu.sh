@@ -2,7 +2,8 @@
 # ft serve of a hybrid (DeltaNet) fixture on a GPU: the CPU backend's greedy ids are the
 # reference; fused, offload at the minimum slot count and hybrid must give the same ids over
 # HTTP (/generate with input_ids, temperature 0), sequential and concurrent (batched decode of
-# several sequences, each with its own recurrent state). The fixture has no tokenizer, so the
+# several sequences, each with its own recurrent state); then the prefix cache's VRAM snapshot
+# tier (cached tokens, /v1/stats, /metrics, --snapshot-vram refusal). The fixture has no tokenizer, so the
 # demo model's is borrowed (ids stay below the fixture's vocabulary). Run on the GPU machine:
 #   tests/cuda/serve_hybrid_gpu.sh FT_BINARY [FIXTURE (tests/fixtures/qwen3_5_moe)] [DEMO] [OUT]
 set -u
@@ -59,5 +60,39 @@ for b in fused offload hybrid; do
   if cmp -s "$out/cpu.ids" "$out/$b.ids"; then pass "$b greedy ids == cpu"; else
     failed "$b greedy ids differ from cpu"; diff "$out/cpu.ids" "$out/$b.ids" | head -6; fi
 done
+# Prefix cache with the VRAM snapshot tier (--snapshot-vram auto): a second request sharing the
+# first one's prompt reports cached tokens, /v1/stats and /metrics show snapshots in VRAM; a
+# --snapshot-vram above half the budget is refused with the flag named.
+if start snapshots --moe-backend offload --gpu-memory 1GiB --ctx-size 1024 --moe-cache-size 8; then
+  complete() {
+    curl -sf -m 120 "http://127.0.0.1:$port/v1/completions" -H 'content-type: application/json' \
+      -d "{\"model\": \"m\", \"prompt\": $1, \"max_tokens\": 2, \"temperature\": 0}"
+  }
+  a=$(python3 -c 'print([(i * 37 + 11) % 997 for i in range(90)])')
+  b=$(python3 -c 'print([(i * 37 + 11) % 997 for i in range(90)] + [5, 6, 7, 8, 9, 10, 11, 12])')
+  complete "$a" >"$out/snap.r1.json"
+  complete "$b" >"$out/snap.r2.json"
+  cached=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["usage"]["prompt_tokens_details"]["cached_tokens"])' "$out/snap.r2.json" 2>/dev/null || echo 0)
+  if [ "${cached:-0}" -gt 0 ]; then pass "second request cached_tokens $cached"; else
+    failed "second request cached_tokens ${cached:-?}: $(head -c 300 "$out/snap.r2.json")"; fi
+  curl -sf "http://127.0.0.1:$port/v1/stats" >"$out/snap.stats.json"
+  if python3 -c '
+import json,sys
+p=json.load(open(sys.argv[1]))["prefix_cache"]
+assert p["snapshot_vram_slots"] > 0 and p["snapshot_vram_used"] > 0, p
+print("vram snapshots", p["snapshot_vram_used"], "of", p["snapshot_vram_slots"], "hits", p["snapshot_hits"])' \
+      "$out/snap.stats.json"; then pass "/v1/stats VRAM snapshots in use"; else
+    failed "/v1/stats VRAM snapshots: $(head -c 600 "$out/snap.stats.json")"; fi
+  if curl -sf "http://127.0.0.1:$port/metrics" | grep -q '^ft_prefix_cache_snapshot_vram_used [1-9]'; then
+    pass "/metrics VRAM snapshots"; else failed "/metrics ft_prefix_cache_snapshot_vram_used"; fi
+  stop
+else
+  failed "snapshots starts"; stop
+fi
+if "$ft" serve --model "$out/model" --port $port --moe-backend offload --gpu-memory 1GiB \
+    --snapshot-vram 900MiB >"$out/snap_refused.log" 2>&1; then
+  failed "--snapshot-vram 900MiB of 1GiB was accepted"
+elif grep -q -- "--snapshot-vram" "$out/snap_refused.log"; then pass "--snapshot-vram too large refused"
+else failed "refusal names --snapshot-vram: $(tail -n 2 "$out/snap_refused.log")"; fi
 echo "$passes passed, $fails failed"
 [ $fails -eq 0 ]

@@ -188,5 +188,29 @@ TEST(Progress, LineAndNonTerminalDeciles) {
   EXPECT_EQ(out.find('\r'), std::string::npos);
 }
 
+TEST(SnapshotVram, SlotsFromTheBudget) {
+  const size_t mib = size_t{1} << 20, gib = size_t{1} << 30, snap = 66 * mib;
+  const size_t auto_ = BackendOptions::k_snapshot_vram_auto;
+  EXPECT_EQ(snapshot_vram_slots(auto_, snap, 16 * gib), 31);  // 2 GiB / 66 MiB
+  EXPECT_EQ(snapshot_vram_slots(auto_, 1 * mib, 16 * gib), 64);  // at most 64
+  EXPECT_EQ(snapshot_vram_slots(auto_, 0, 16 * gib), 0);  // no recurrent state: no tier
+  EXPECT_EQ(snapshot_vram_slots(0, snap, 16 * gib), 0);
+  EXPECT_EQ(snapshot_vram_slots(gib, snap, 16 * gib), 15);
+  EXPECT_EQ(snapshot_vram_slots(8 * gib, snap, 16 * gib), 124);  // half the budget is allowed
+  auto msg = [&](size_t requested) {
+    try {
+      snapshot_vram_slots(requested, snap, 16 * gib);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_NE(msg(9 * gib).find("--snapshot-vram 9.00 GiB is more than half"), std::string::npos)
+      << msg(9 * gib);
+  EXPECT_NE(msg(10 * mib).find("holds no recurrent-state snapshot (66.0 MiB each)"),
+            std::string::npos)
+      << msg(10 * mib);
+}
+
 }  // namespace
 }  // namespace ft

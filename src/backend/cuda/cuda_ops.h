@@ -637,6 +637,28 @@ struct DeltaRuleArgs {
   float* out;  // [n, n_v_heads * v_dim]
 };
 void gated_delta_rule(const DeltaRuleArgs& a);
+// The chunked form for prefill (delta_rule_chunked.cu, h7c): chunks of 64 tokens, the same math
+// as ops::gated_delta_rule_chunked (within a chunk the k.k / q.k products and a lower-triangular
+// solve; the state is read and written once per chunk). starts: the first token of each step
+// in the pass, then a.n (a.seq is constant within a step). marks (in-pass state captures): a
+// chunk also ends after the first at[i] tokens of the pass (ascending, inside a step), and the
+// step's state there is copied to dst + slot[i] * dst_stride ([n_v_heads, k_dim, v_dim]).
+constexpr int k_max_state_marks = 16;
+struct StateMarks {
+  std::vector<int32_t> at, slot;  // pass token index (the state after the tokens before it)
+  float* dst = nullptr;
+  int64_t dst_stride = 0;  // floats between captures
+};
+void gated_delta_rule_chunked(const DeltaRuleArgs& a, const std::vector<int64_t>& starts,
+                              const StateMarks& marks = {});
+// The conv state at each mark (state_capture.cu): the last kernel - 1 inputs before it, from
+// x [n, channels] (the pass's conv inputs) or, for positions before the pass, from the step's
+// conv state (state + seq * seq_stride, [channels, kernel - 1], before the conv ran); to
+// marks.dst + slot[i] * dst_stride in the conv state layout. starts as above, seq[t] per token
+// on the host side as the first token of each step's sequence: seqs[step].
+void conv_state_capture(const float* x, int64_t channels, int64_t kernel, const float* state,
+                        int64_t seq_stride, const std::vector<int64_t>& starts,
+                        const std::vector<int32_t>& seqs, const StateMarks& marks);
 
 // o[r] = rmsnorm(o[r]) * w * silu(z[r]) for rows of dim (the DeltaNet output norm per value
 // head; w is the plain scale). gated_rmsnorm.cu.
