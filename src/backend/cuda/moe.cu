@@ -294,6 +294,9 @@ void moe_experts(Blas& blas, const DeviceExperts& e, const MoeArgs& a, MoeWorksp
            "moe_experts: {} tokens x top-{} do not fit the workspace ({} x top-{})", a.n, a.top_k,
            ws.max_tokens, ws.top_k);
   if (a.n == 0) return;
+  if (a.oss && a.n <= k_gemv_max_tokens && !e.uniform())
+    fail("moe_experts: gpt-oss expert biases / clamped SwiGLU with mixed-format experts are not "
+         "supported on CUDA yet");
   if (a.oss) {  // gpt-oss: every path below applies the activation; the down bias after
     FT_CHECK(a.oss->expert_ids, "moe_experts: gpt-oss without expert ids");
     moe_experts_core(blas, e, a, ws);
