@@ -27,8 +27,8 @@ void validate_backend_options(const BackendOptions& b) {
     fail("--node-rank {} is not in [0, --nnodes {})", b.node_rank, b.nnodes);
   if (b.nnodes > 1 && b.master.find(':') == std::string::npos)
     fail("--nnodes {} needs --master ADDR:PORT (node 0's address)", b.nnodes);
-  if (b.kv_dtype != "bf16" && b.kv_dtype != "f32")
-    fail("--kv-dtype must be bf16 or f32, got '{}'", b.kv_dtype);
+  if (b.kv_dtype != "auto" && b.kv_dtype != "bf16" && b.kv_dtype != "f32")
+    fail("--kv-dtype must be auto, bf16 or f32, got '{}'", b.kv_dtype);
 }
 
 int32_t snapshot_vram_slots(size_t requested, size_t snap_bytes, size_t budget) {

@@ -31,7 +31,7 @@ struct BackendOptions {
   static constexpr size_t k_snapshot_vram_auto = ~size_t{0};
   // GPU KV cache element type: bf16 (half the bytes; flash attention on tensor cores) or f32
   // (the CPU backend's arithmetic: GPU and CPU greedy ids agree exactly).
-  std::string kv_dtype = "bf16";
+  std::string kv_dtype = "auto";  // auto: bf16, f32 where bf16 is not validated (gpt-oss)
 };
 
 // The VRAM snapshot tier's slots for a GPU budget: the whole snapshots of snap_bytes (one

@@ -237,7 +237,13 @@ std::unique_ptr<Runner> make_runner(const Model& model, EngineOptions& opt,
   if (b.tensor_parallel > 1 || b.nnodes > 1) return make_tp_runner(model, opt, b);
   const MoeBackend requested = parse_moe_backend(b.moe_backend);
   const bool cuda = cuda::device_count() > 0;
-  const DType kv_dtype = b.kv_dtype == "f32" ? DType::F32 : DType::BF16;  // the GPU KV cache
+  // The GPU KV cache: auto is bf16 except for attention sinks / sliding windows (gpt-oss),
+  // whose bf16 parity is not validated yet (CudaTransformer refuses that pair).
+  const ModelConfig& mc = model.config();
+  const bool oss_attention = mc.attn_sinks || mc.sliding_window > 0;
+  const DType kv_dtype = b.kv_dtype == "f32" || (b.kv_dtype == "auto" && oss_attention)
+                             ? DType::F32
+                             : DType::BF16;
   if (requested == MoeBackend::CPU || (requested == MoeBackend::AUTO && !cuda)) {
     FT_LOG_INFO("moe backend: cpu ({})",
                 requested == MoeBackend::CPU ? "requested" : "auto: no CUDA device");
@@ -280,7 +286,13 @@ std::unique_ptr<Runner> make_runner(const Model& model, EngineOptions& opt,
   std::optional<BwEntry> entry;
   if (cuda && (requested == MoeBackend::AUTO || requested == MoeBackend::HYBRID))
     entry = profile_entry(b, gpu, expert_format(shape));
-  const BackendChoice choice = choose_moe_backend(requested, cuda, fits, entry ? &*entry : nullptr);
+  BackendChoice choice = choose_moe_backend(requested, cuda, fits, entry ? &*entry : nullptr);
+  // HYBRID's CPU share has no expert biases / clamped SwiGLU (gpt-oss): auto offloads instead.
+  const bool oss_experts = mc.moe_bias || mc.expert_act.kind != ExpertActivation::Kind::SILU;
+  if (requested == MoeBackend::AUTO && choice.backend == MoeBackend::HYBRID && oss_experts) {
+    choice.backend = MoeBackend::OFFLOAD;
+    choice.reason += "; offload: hybrid has no gpt-oss experts on the CPU share";
+  }
   const bool fused = choice.backend == MoeBackend::FUSED;
   const MemoryPlan plan = plan_memory(fused ? all_req : req);
   if (budget > free_b)

@@ -11,19 +11,12 @@ ft=$1 model=${2:-models/demo} out=${3:-/tmp/elastic_gpu}
 mkdir -p "$out"
 port=19575
 pid=
+. "$(dirname "$0")/serve_lib.sh"
 start() {  # name, flags...
   local name=$1; shift
-  "$ft" serve --model "$model" --port $port --moe-backend offload --max-running-requests 8 \
-    --ctx-size 2048 --stats-log-interval 0 "$@" >"$out/$name.log" 2>&1 &
-  pid=$!
-  for _ in $(seq 1 600); do
-    curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && return 0
-    kill -0 $pid 2>/dev/null || break
-    sleep 0.1
-  done
-  echo "--- $name did not start:"; tail -n 20 "$out/$name.log"; return 1
+  launch "$name" "$ft" serve --model "$model" --port $port --moe-backend offload \
+    --max-running-requests 8 --ctx-size 2048 --stats-log-interval 0 "$@"
 }
-stop() { kill $pid 2>/dev/null; wait $pid 2>/dev/null; }
 fails=0
 start plain --elastic off --moe-cache-size 16 || exit 1
 python3 tests/cuda/elastic_gpu.py streams $port "$out/plain.json" none || fails=$((fails+1))

@@ -40,20 +40,14 @@ else
   failed "f32 twin"; cat "$out/twin.log"
 fi
 
+. "$(dirname "$0")/serve_lib.sh"
 start() {  # name, model, flags...: serves in the background, waits for /health
   local name=$1 m=$2; shift 2
-  # --kv-dtype f32: the GPU keeps the CPU's KV arithmetic.
-  "$ft" serve --model "$m" --port $port --stats-log-interval 1 --kv-dtype f32 "$@" \
-    >"$out/$name.log" 2>&1 &
-  pid=$!
-  for _ in $(seq 1 600); do
-    curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && return 0
-    kill -0 $pid 2>/dev/null || break
-    sleep 0.1
-  done
-  echo "--- $name did not start:"; tail -n 20 "$out/$name.log"; return 1
+  # --kv-dtype f32: the GPU keeps the CPU's KV arithmetic; FT_CUDA_QGEMV=f32: its quantized
+  # GEMVs keep f32 activations, as the CPU on the f32 twin does (int8 is the default).
+  launch "$name" env FT_CUDA_QGEMV=f32 "$ft" serve --model "$m" --port $port \
+    --stats-log-interval 1 --kv-dtype f32 "$@"
 }
-stop() { kill $pid 2>/dev/null; wait $pid 2>/dev/null; }
 
 gen() {  # prompt -> request body
   printf '{"text": "%s", "sampling_params": {"max_new_tokens": 32, "temperature": 0, "ignore_eos": true}}' "$1"

@@ -13,20 +13,12 @@ prompts=("The cat" "Once upon a time" "What is a river?" "hello" "The meaning of
 pass() { passes=$((passes+1)); echo "PASS $1"; }
 failed() { fails=$((fails+1)); echo "FAIL $1"; }
 
+. "$(dirname "$0")/serve_lib.sh"
 start() {  # name, flags...: serves in the background, waits for /health
   local name=$1; shift
   # --kv-dtype f32: the GPU keeps the CPU's arithmetic, so greedy ids compare exactly.
-  "$ft" serve --model "$model" --port $port --stats-log-interval 1 --kv-dtype f32 "$@" \
-    >"$out/$name.log" 2>&1 &
-  pid=$!
-  for _ in $(seq 1 600); do
-    curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && return 0
-    kill -0 $pid 2>/dev/null || break
-    sleep 0.1
-  done
-  echo "--- $name did not start:"; tail -n 20 "$out/$name.log"; return 1
+  launch "$name" "$ft" serve --model "$model" --port $port --stats-log-interval 1 --kv-dtype f32 "$@"
 }
-stop() { kill $pid 2>/dev/null; wait $pid 2>/dev/null; }
 
 answers() {  # name: greedy ids of every prompt, one line each, sequential then concurrent
   local name=$1 p

@@ -16,18 +16,11 @@ prompts=("[1, 5, 17, 300, 42]" "[7, 8, 9]" "[999, 3, 250, 250, 12, 600, 44, 1, 2
 pass() { passes=$((passes+1)); echo "PASS $1"; }
 failed() { fails=$((fails+1)); echo "FAIL $1"; }
 
+. "$(dirname "$0")/serve_lib.sh"
 start() {  # name, flags...
   local name=$1; shift
-  "$ft" serve --model "$out/model" --port $port --kv-dtype f32 "$@" >"$out/$name.log" 2>&1 &  # exact ids
-  pid=$!
-  for _ in $(seq 1 600); do
-    curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && return 0
-    kill -0 $pid 2>/dev/null || break
-    sleep 0.1
-  done
-  echo "--- $name did not start:"; tail -n 20 "$out/$name.log"; return 1
+  launch "$name" "$ft" serve --model "$out/model" --port $port --kv-dtype f32 "$@"  # exact ids
 }
-stop() { kill $pid 2>/dev/null; wait $pid 2>/dev/null; }
 ask() {  # ids -> json
   curl -sf -m 120 "http://127.0.0.1:$port/generate" -d "{\"input_ids\": $1, \"sampling_params\": \
 {\"max_new_tokens\": 40, \"temperature\": 0, \"ignore_eos\": true}}"

@@ -14,18 +14,12 @@ prompts=("The cat" "Once upon a time" "What is a river?" "hello")
 pass() { passes=$((passes+1)); echo "PASS $1"; }
 failed() { fails=$((fails+1)); echo "FAIL $1"; }
 
+. "$(dirname "$0")/serve_lib.sh"
+health_tries=900
 start() {  # name, flags...
   local name=$1; shift
-  "$ft" serve --model "$model" --port $port --kv-dtype f32 "$@" >"$out/$name.log" 2>&1 &  # TP: f32 KV
-  pid=$!
-  for _ in $(seq 1 900); do
-    curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && return 0
-    kill -0 $pid 2>/dev/null || break
-    sleep 0.1
-  done
-  echo "--- $name did not start:"; tail -n 20 "$out/$name.log"; return 1
+  launch "$name" "$ft" serve --model "$model" --port $port --kv-dtype f32 "$@"  # TP: f32 KV
 }
-stop() { kill $pid 2>/dev/null; wait $pid 2>/dev/null; }
 
 gen() {  # prompt -> output ids
   curl -sf -m 120 "http://127.0.0.1:$port/generate" \
