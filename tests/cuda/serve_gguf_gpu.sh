@@ -49,27 +49,7 @@ start() {  # name, model, flags...: serves in the background, waits for /health
     --stats-log-interval 1 --kv-dtype f32 "$@"
 }
 
-gen() {  # prompt -> request body
-  printf '{"text": "%s", "sampling_params": {"max_new_tokens": 32, "temperature": 0, "ignore_eos": true}}' "$1"
-}
-answers() {  # name: greedy ids of every prompt, one line each, sequential then concurrent
-  local name=$1 p i=0
-  : >"$out/$name.ids"
-  for p in "${prompts[@]}"; do
-    curl -sf -m 120 "http://127.0.0.1:$port/generate" -d "$(gen "$p")" |
-      python3 -c 'import json,sys; print(json.load(sys.stdin)["output_ids"])' >>"$out/$name.ids"
-  done
-  for p in "${prompts[@]}"; do
-    curl -sf -m 120 "http://127.0.0.1:$port/generate" -d "$(gen "$p")" >"$out/$name.c$i.json" &
-    i=$((i+1))
-  done
-  wait $(jobs -p | grep -v "^$pid$") 2>/dev/null
-  for i in $(seq 0 $((${#prompts[@]} - 1))); do
-    python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["output_ids"])' \
-      "$out/$name.c$i.json" >>"$out/$name.ids" 2>/dev/null || echo "no answer" >>"$out/$name.ids"
-  done
-  curl -sf "http://127.0.0.1:$port/v1/stats" >"$out/$name.stats.json"
-}
+max_new_tokens=32  # answers (serve_lib.sh)
 
 run_backend() {  # name, model, flags...
   local name=$1; shift

@@ -20,30 +20,6 @@ start() {  # name, flags...: serves in the background, waits for /health
   launch "$name" "$ft" serve --model "$model" --port $port --stats-log-interval 1 --kv-dtype f32 "$@"
 }
 
-answers() {  # name: greedy ids of every prompt, one line each, sequential then concurrent
-  local name=$1 p
-  : >"$out/$name.ids"
-  for p in "${prompts[@]}"; do
-    curl -sf -m 120 "http://127.0.0.1:$port/generate" \
-      -d "{\"text\": \"$p\", \"sampling_params\": {\"max_new_tokens\": 48, \"temperature\": 0, \"ignore_eos\": true}}" |
-      python3 -c 'import json,sys; print(json.load(sys.stdin)["output_ids"])' >>"$out/$name.ids"
-  done
-  # The same prompts at once (batched decode across sequences).
-  local i=0
-  for p in "${prompts[@]}"; do
-    curl -sf -m 120 "http://127.0.0.1:$port/generate" \
-      -d "{\"text\": \"$p\", \"sampling_params\": {\"max_new_tokens\": 48, \"temperature\": 0, \"ignore_eos\": true}}" \
-      >"$out/$name.c$i.json" &
-    i=$((i+1))
-  done
-  wait $(jobs -p | grep -v "^$pid$") 2>/dev/null
-  for i in $(seq 0 $((${#prompts[@]} - 1))); do
-    python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["output_ids"])' \
-      "$out/$name.c$i.json" >>"$out/$name.ids" 2>/dev/null || echo "no answer" >>"$out/$name.ids"
-  done
-  curl -sf "http://127.0.0.1:$port/v1/stats" >"$out/$name.stats.json"
-}
-
 run_backend() {  # name, flags...
   local name=$1; shift
   if start "$name" "$@"; then

@@ -13,3 +13,24 @@ launch() {
   echo "--- $name did not start:"; tail -n 20 "$out/$name.log"; return 1
 }
 stop() { kill $pid 2>/dev/null; wait $pid 2>/dev/null; }
+
+# generate_ids PROMPT: the greedy output ids of one /generate call (max_new_tokens
+# ${max_new_tokens:-48}), or "no answer".
+generate_ids() {
+  curl -sf -m 120 "http://127.0.0.1:$port/generate" -d "{\"text\": \"$1\", \"sampling_params\": \
+{\"max_new_tokens\": ${max_new_tokens:-48}, \"temperature\": 0, \"ignore_eos\": true}}" |
+    python3 -c 'import json,sys; print(json.load(sys.stdin)["output_ids"])' 2>/dev/null ||
+    echo "no answer"
+}
+# answers NAME: the ids of every prompt in the caller's $prompts, one line each into
+# $out/NAME.ids, sequentially and then all at once (batched decode across sequences); the
+# server's /v1/stats into $out/NAME.stats.json.
+answers() {
+  local name=$1 p i=0
+  : >"$out/$name.ids"
+  for p in "${prompts[@]}"; do generate_ids "$p" >>"$out/$name.ids"; done
+  for p in "${prompts[@]}"; do generate_ids "$p" >"$out/$name.c$i" & i=$((i+1)); done
+  wait $(jobs -p | grep -v "^$pid$") 2>/dev/null
+  for i in $(seq 0 $((${#prompts[@]} - 1))); do cat "$out/$name.c$i" >>"$out/$name.ids"; done
+  curl -sf "http://127.0.0.1:$port/v1/stats" >"$out/$name.stats.json"
+}

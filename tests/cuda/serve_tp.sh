@@ -21,22 +21,7 @@ start() {  # name, flags...
   launch "$name" "$ft" serve --model "$model" --port $port --kv-dtype f32 "$@"  # TP: f32 KV
 }
 
-gen() {  # prompt -> output ids
-  curl -sf -m 120 "http://127.0.0.1:$port/generate" \
-    -d "{\"text\": \"$1\", \"sampling_params\": {\"max_new_tokens\": 40, \"temperature\": 0, \"ignore_eos\": true}}" |
-    python3 -c 'import json,sys; print(json.load(sys.stdin)["output_ids"])' 2>/dev/null || echo "no answer"
-}
-
-answers() {  # name: sequential, then all prompts at once
-  local name=$1 p i
-  : >"$out/$name.ids"
-  for p in "${prompts[@]}"; do gen "$p" >>"$out/$name.ids"; done
-  i=0
-  for p in "${prompts[@]}"; do gen "$p" >"$out/$name.c$i" & i=$((i+1)); done
-  wait $(jobs -p | grep -v "^$pid$") 2>/dev/null
-  for i in $(seq 0 $((${#prompts[@]} - 1))); do cat "$out/$name.c$i" >>"$out/$name.ids"; done
-  curl -sf "http://127.0.0.1:$port/v1/stats" >"$out/$name.stats.json"
-}
+max_new_tokens=40  # answers (serve_lib.sh)
 
 run() {  # name, flags...
   local name=$1; shift
