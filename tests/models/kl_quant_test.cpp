@@ -10,6 +10,7 @@
 #include <map>
 
 #include "hf_quant_writer.h"
+#include "log_probs.h"
 #include "io/gguf_writer.h"
 #include "model/gguf_export.h"
 #include "model/kl_divergence.h"
@@ -59,16 +60,7 @@ class KlQuant : public ::testing::Test {
   }
   static void TearDownTestSuite() { delete base_; }
 
-  static std::vector<float> logp_of(const Model& m) {
-    const int64_t T = static_cast<int64_t>(ids_.size()), V = m.config().vocab_size;
-    ThreadPool pool(2, false);
-    Transformer tf(m, pool, 64);
-    KVCache kv(m.config(), T);
-    std::vector<float> lg(T * V), lp(T * V);
-    tf.forward(ids_.data(), T, 0, kv, lg.data(), true);
-    for (int64_t t = 0; t < T; ++t) log_softmax(lg.data() + t * V, V, lp.data() + t * V);
-    return lp;
-  }
+  static std::vector<float> logp_of(const Model& m) { return test::log_probs(m, ids_); }
 
   static std::unique_ptr<Model> quantized(const std::string& type, const std::string& tmp) {
     if (type == "fp8" || type == "nvfp4") {

@@ -8,6 +8,8 @@
 
 #include <filesystem>
 
+#include "log_probs.h"
+
 #include "backend/cuda/cuda_ops.h"
 #include "io/gguf_writer.h"
 #include "model/gguf_export.h"
@@ -46,16 +48,7 @@ class MixedQuant : public ::testing::Test {
     fs::remove_all(root_);
   }
 
-  static std::vector<float> logp_of(const Model& m) {
-    const int64_t T = static_cast<int64_t>(ids_.size()), V = m.config().vocab_size;
-    ThreadPool pool(2, false);
-    Transformer tf(m, pool, 64);
-    KVCache kv(m.config(), T);
-    std::vector<float> lg(T * V), lp(T * V);
-    tf.forward(ids_.data(), T, 0, kv, lg.data(), true);
-    for (int64_t t = 0; t < T; ++t) log_softmax(lg.data() + t * V, V, lp.data() + t * V);
-    return lp;
-  }
+  static std::vector<float> logp_of(const Model& m) { return test::log_probs(m, ids_); }
 
   static std::unique_ptr<Model> exported(const Model& src, const GgufExportOptions& o,
                                          const std::string& name) {
