@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "../io/gguf_test_util.h"
+#include "../models/log_probs.h"
 #include "base/error.h"
 #include "io/gguf.h"
 #include "io/safetensors.h"
@@ -28,15 +29,7 @@ std::vector<int32_t> reference_prompt(const std::string& dir) {
   return ids;
 }
 
-// Logits at every position of ids, [n, vocab].
-std::vector<float> all_logits(const Model& m, const std::vector<int32_t>& ids, ThreadPool& pool) {
-  const int64_t n = static_cast<int64_t>(ids.size()), V = m.config().vocab_size;
-  Transformer tf(m, pool, 64);
-  KVCache kv(m.config(), n);
-  std::vector<float> out(n * V);
-  tf.forward(ids.data(), n, 0, kv, out.data(), true);
-  return out;
-}
+using test::all_logits;
 
 std::string write_gguf(const Model& m, const std::string& path, std::optional<uint32_t> type,
                        int split = 1) {

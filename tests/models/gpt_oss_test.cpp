@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "../io/gguf_test_util.h"
+#include "log_probs.h"
 #include "base/error.h"
 #include "base/half.h"
 #include "io/mmap.h"
@@ -30,6 +31,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using test::TempDir;
+using test::all_logits;
 
 const std::string k_fixture = std::string(FT_FIXTURES) + "/gpt_oss";
 
@@ -39,16 +41,6 @@ std::vector<int32_t> prompt_ids() {
   std::vector<int32_t> ids(t.numel());
   for (int64_t i = 0; i < t.numel(); ++i) ids[i] = static_cast<int32_t>(t.as<int64_t>()[i]);
   return ids;
-}
-
-std::vector<float> all_logits(const Model& m, const std::vector<int32_t>& ids) {
-  ThreadPool pool(2, false);
-  const int64_t n = static_cast<int64_t>(ids.size()), V = m.config().vocab_size;
-  Transformer tf(m, pool, 64);
-  KVCache kv(m.config(), n);
-  std::vector<float> out(n * V);
-  tf.forward(ids.data(), n, 0, kv, out.data(), true);
-  return out;
 }
 
 // max over rows of max|a - b| / max|b|.

@@ -12,6 +12,7 @@
 
 #include "base/error.h"
 #include "hf_quant_writer.h"
+#include "log_probs.h"
 #include "io/safetensors.h"
 #include "model/ft_checkpoint.h"
 #include "model/kl_divergence.h"
@@ -120,15 +121,7 @@ TEST_P(QuantCheckpoint, LoadsQuantizedAndMatchesFloatLogits) {
   for (int64_t i = 0; i < ids_t.numel(); ++i) ids[i] = static_cast<int32_t>(ids_t.as<int64_t>()[i]);
   const int64_t T = static_cast<int64_t>(ids.size()), V = c.vocab_size;
   ThreadPool pool(2, false);
-  auto logits_of = [&](const Model& m) {
-    Transformer tf(m, pool, 8);
-    KVCache kv(m.config(), T);
-    std::vector<float> lg(T * V), lp(T * V);
-    tf.forward(ids.data(), T, 0, kv, lg.data(), true);
-    for (int64_t t = 0; t < T; ++t) log_softmax(lg.data() + t * V, V, lp.data() + t * V);
-    return lp;
-  };
-  const auto a = logits_of(*base), b = logits_of(*quant);
+  const auto a = test::log_probs(*base, ids, pool, 8), b = test::log_probs(*quant, ids, pool, 8);
   KlStats kl;
   for (int64_t t = 0; t < T; ++t) kl.add(a.data() + t * V, b.data() + t * V, V);
 
@@ -142,7 +135,7 @@ TEST_P(QuantCheckpoint, LoadsQuantizedAndMatchesFloatLogits) {
                 ? DType::F32
                 : expanded->weights().layers[0].experts[0].down.dtype,
             DType::F32);
-  const auto e = logits_of(*expanded);
+  const auto e = test::log_probs(*expanded, ids, pool, 8);
   KlStats fake;
   for (int64_t t = 0; t < T; ++t) fake.add(e.data() + t * V, b.data() + t * V, V);
   // NVFP4's model-level difference is the int8 activations' rounding, amplified by these
