@@ -153,16 +153,23 @@ void read_sparse_layers(const JsonReader& r, ModelConfig& c) {
                         std::find(dense_only.begin(), dense_only.end(), l) == dense_only.end();
 }
 
+std::vector<std::string> read_layer_types(const JsonReader& r, int64_t n_layers) {
+  std::vector<std::string> out;
+  if (!r.has("layer_types")) return out;
+  const auto& types = r.j["layer_types"];
+  if (!types.is_array() || static_cast<int64_t>(types.size()) != n_layers)
+    fail("{}: layer_types must list one type per layer ({} layers)", r.path, n_layers);
+  for (const auto& t : types) out.push_back(t.is_string() ? t.get<std::string>() : "");
+  return out;
+}
+
 void read_hybrid_fields(const JsonReader& r, ModelConfig& c) {
   const std::string act = r.str_or("hidden_act", "silu");
   if (act != "silu") fail("{}: hidden_act '{}' is not supported (supported: silu)", r.path, act);
   c.layer_mixer.assign(c.n_layers, Mixer::ATTENTION);
-  if (r.has("layer_types")) {
-    const auto& types = r.j["layer_types"];
-    if (!types.is_array() || static_cast<int64_t>(types.size()) != c.n_layers)
-      fail("{}: layer_types must list one type per layer ({} layers)", r.path, c.n_layers);
+  if (const auto types = read_layer_types(r, c.n_layers); !types.empty()) {
     for (int64_t l = 0; l < c.n_layers; ++l) {
-      const std::string t = types[l].is_string() ? types[l].get<std::string>() : "";
+      const std::string& t = types[l];
       if (t == "linear_attention" || t == "mamba")
         c.layer_mixer[l] = Mixer::DELTA_NET;
       else if (t != "full_attention" && t != "attention")

@@ -117,6 +117,10 @@ ModelConfig read_model_config(const std::string& dir, nlohmann::json* raw = null
 // Parses rope_parameters (transformers 5) or rope_theta + rope_scaling (4.x).
 RopeConfig parse_rope(const JsonReader& r);
 
+// config.json's layer_types: one string per layer (a non-string entry reads as ""), or empty
+// when the field is absent; throws ft::Error when it is not an array of n_layers entries.
+std::vector<std::string> read_layer_types(const JsonReader& r, int64_t n_layers);
+
 // Hybrid families (Qwen3-Next, Qwen3.5/3.6): layer_types (or full_attention_interval), the
 // linear_* DeltaNet sizes, shared_expert_intermediate_size, gated attention, zero-centred norms
 // and partial rotary (default 0.25). Throws ft::Error naming the field.

@@ -24,12 +24,9 @@ void configure(const JsonReader& r, ModelConfig& c) {
                   .limit = static_cast<float>(r.f64_or("swiglu_limit", 7.0))};
   c.sliding_window = r.i64_or("sliding_window", 0);
   c.layer_sliding.assign(c.n_layers, false);
-  if (r.has("layer_types")) {
-    const auto& types = r.j["layer_types"];
-    if (!types.is_array() || static_cast<int64_t>(types.size()) != c.n_layers)
-      fail("{}: layer_types must list one type per layer ({} layers)", r.path, c.n_layers);
+  if (const auto types = read_layer_types(r, c.n_layers); !types.empty()) {
     for (int64_t l = 0; l < c.n_layers; ++l) {
-      const std::string t = types[l].is_string() ? types[l].get<std::string>() : "";
+      const std::string& t = types[l];
       if (t != "sliding_attention" && t != "full_attention")
         fail(
             "{}: layer_types[{}] '{}' is not supported (supported: sliding_attention, "
