@@ -26,15 +26,18 @@ struct QuantActs {
   std::vector<int8_t> q;
   std::vector<float> d, s;
   std::vector<size_t> off;  // per problem: element offset into q (d, s at off / 16)
+  std::vector<size_t> use;  // the offset at() reads: off, or an earlier problem's with the same x
 
   // Reserves space for each (x, n, w) problem with a block-quantized w, then quantizes.
   template <class Get>
   void prepare(ThreadPool& pool, size_t count, Get get) {
     off.assign(count + 1, 0);
+    use.resize(count);
     for (size_t p = 0; p < count; ++p) {
       const auto [x, n, w] = get(p);
       off[p + 1] = off[p] + (is_block_quant(*w) ? static_cast<size_t>(n * w->shape[1]) : 0);
     }
+    std::copy_n(off.begin(), count, use.begin());
     if (off[count] == 0) return;
     if (q.size() < off[count]) {
       q.resize(off[count]);
@@ -50,6 +53,25 @@ struct QuantActs {
       });
       return;
     }
+    // Problems sharing their input (an MoE layer's gate/up experts) reuse its first quantization.
+    // A decode step's few tokens are quantized on the calling thread: a fork-join would cost
+    // more than the work.
+    auto one = [&](int64_t p) {
+      const auto [x, n, w] = get(p);
+      if (!is_block_quant(*w)) return;
+      for (int64_t e = 0; e < p; ++e)
+        if (const auto [xe, ne, we] = get(e);
+            xe == x && ne == n && is_block_quant(*we) && we->shape[1] == w->shape[1]) {
+          use[p] = use[e];
+          return;
+        }
+      const size_t o = off[p];
+      cpu::quantize_acts(x, n, w->shape[1], q.data() + o, d.data() + o / 16, s.data() + o / 16);
+    };
+    if (off[count] <= k_serial_quant_elems) {
+      for (size_t p = 0; p < count; ++p) one(static_cast<int64_t>(p));
+      return;
+    }
     pool.run(static_cast<int64_t>(count), 1, [&](int64_t p0, int64_t p1) {
       for (int64_t p = p0; p < p1; ++p) {
         const auto [x, n, w] = get(p);
@@ -59,8 +81,9 @@ struct QuantActs {
       }
     });
   }
+  static constexpr size_t k_serial_quant_elems = 65536;
   cpu::QActs at(size_t p) const {
-    const size_t o = off[p];
+    const size_t o = use[p];
     return {q.data() + o, d.data() + o / 16, s.data() + o / 16};
   }
   static bool is_block_quant(const TensorView& w) {
@@ -126,10 +149,20 @@ void matmul_grouped(ThreadPool& pool, std::span<const GemmProblem> problems) {
     int64_t r0, r1;
   };
   std::vector<Task> tasks;
+  // Blocks sized by the rows of all problems together: a decode step's 8 small experts make
+  // ~8 tasks per thread in all, not 8 per expert (each task pays a fork-join share and its
+  // streams' prefetch ramp).
+  int64_t all_rows = 0, max_n = 1;
+  for (const GemmProblem& p : problems) {
+    all_rows += p.w->shape[0];
+    max_n = std::max(max_n, p.n);
+  }
+  const int64_t all_block = row_block(all_rows, max_n, pool.size());
   for (size_t p = 0; p < problems.size(); ++p) {
     const TensorView& w = *problems[p].w;
     FT_CHECK(w.ndim == 2, "matmul_grouped: {} must be 2-D", w.name);
-    const int64_t rows = w.shape[0], block = row_block(rows, problems[p].n, pool.size());
+    const int64_t rows = w.shape[0], block = std::max(row_block(rows, problems[p].n, pool.size()),
+                                                      std::min(rows, all_block));
     for (int64_t r = 0; r < rows; r += block)
       tasks.push_back({static_cast<int32_t>(p), r, std::min(rows, r + block)});
   }

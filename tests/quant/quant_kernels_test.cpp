@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -184,7 +185,8 @@ TEST(QuantKernels, EveryFormatEveryIsa) {
 }
 
 TEST(QuantKernels, Fp8Block128EveryIsa) {
-  const int64_t rows = 300, cols = 200;
+  for (const int64_t cols : {int64_t{200}, int64_t{1344 + 5}}) {
+  const int64_t rows = 300;
   auto w = randn(rows * cols, 4, 0.1f);
   std::vector<uint8_t> q(rows * cols);
   std::vector<float> s(quant::fp8_b128_scale_count(rows, cols)), deq(rows * cols);
@@ -198,6 +200,11 @@ TEST(QuantKernels, Fp8Block128EveryIsa) {
     ASSERT_TRUE(qk);
     std::vector<float> y(n * rows);
     qk->gemm_fp8(x.data(), n, cols, q.data(), s.data(), 0, rows, y.data(), rows);
+    // an odd range across a 128-row band of scales, in two calls
+    std::vector<float> y2(n * rows);
+    qk->gemm_fp8(x.data(), n, cols, q.data(), s.data(), 0, 101, y2.data(), rows);
+    qk->gemm_fp8(x.data(), n, cols, q.data(), s.data(), 101, rows, y2.data(), rows);
+    for (int64_t i = 0; i < n * rows; ++i) ASSERT_EQ(y2[i], y[i]) << isa << " " << i;
     for (int64_t t = 0; t < n; ++t)
       for (int64_t r = 0; r < rows; ++r) {
         double ref = 0, mag = 0;
@@ -207,6 +214,91 @@ TEST(QuantKernels, Fp8Block128EveryIsa) {
         }
         ASSERT_NEAR(y[t * rows + r], ref, 1e-5 * mag) << isa << " " << t << " " << r;
       }
+  }
+  }
+}
+
+// Random bytes (every code and scale bit pattern, the scale fields kept finite) through every
+// table against the scalar one: the 512-bit unpacks of quant_gemv512.h at one token, super-blocks
+// plus an NVFP4 block tail, odd row ranges.
+TEST(QuantKernels, RandomBytesEveryIsa) {
+  std::mt19937 rng(77);
+  for (QuantType t : {QuantType::Q2_K, QuantType::Q3_K, QuantType::NVFP4, QuantType::Q4_K,
+                      QuantType::Q6_K, QuantType::MXFP4})
+    for (const int64_t cols : {int64_t{256}, int64_t{2048}, int64_t{1024 + 256}, int64_t{336}}) {
+      if (cols % quant::block_elems(t)) continue;
+      const int64_t rows = 29, n = 1;
+      QuantMatrix m{t, rows, cols, {}, {}, 1.f};
+      const size_t rb = quant::row_bytes(t, cols);
+      m.data.resize(rb * rows);
+      for (auto& b : m.data) b = static_cast<uint8_t>(rng());
+      const size_t bb = quant::block_bytes(t);
+      auto half = [&](size_t at) {  // a finite fp16 of magnitude 2^-20 .. 2^-6, either sign
+        const uint16_t h = static_cast<uint16_t>(((rng() & 15) + 5) << 10 | (rng() & 0x3ff) |
+                                                 (rng() & 1) << 15);
+        std::memcpy(m.data.data() + at, &h, 2);
+      };
+      for (size_t b = 0; b < m.data.size() / bb; ++b) {
+        const size_t o = b * bb;
+        if (t == QuantType::Q2_K) half(o + 80), half(o + 82);
+        if (t == QuantType::Q3_K) half(o + 108);
+        if (t == QuantType::Q4_K) half(o), half(o + 2);
+        if (t == QuantType::Q6_K) half(o + 208);
+        if (t == QuantType::NVFP4 && (m.data[o] & 0x7f) == 0x7f) m.data[o] = 0x7e;  // not NaN
+        if (t == QuantType::MXFP4) m.data[o] = static_cast<uint8_t>(100 + m.data[o] % 50);
+      }
+      if (t == QuantType::NVFP4) m.global = 0.37f;
+      auto x = randn(n * cols, 12);
+      const Acts a = quantize(x, n, cols, 3);
+      std::vector<float> ys(rows, -1.f);
+      cpu::k_scalar_quant_kernels.for_dtype(quant::to_dtype(t))(a.view(3), n, cols, m.data.data(),
+                                                                rb, 0, rows, m.global, ys.data(), rows);
+      for (std::string_view isa : cpu::supported_isas()) {
+        const cpu::QuantKernels* qk = cpu::quant_kernels_for(isa);
+        if (!qk || isa == "scalar") continue;
+        for (const auto& [r0, r1] : {std::pair<int64_t, int64_t>{0, rows}, {2, 27}, {5, 6}}) {
+          std::vector<float> yv(rows, -1.f);
+          qk->for_dtype(quant::to_dtype(t))(a.view(3), n, cols, m.data.data(), rb, r0, r1,
+                                            m.global, yv.data(), rows);
+          for (int64_t r = 0; r < rows; ++r) {
+            const bool inside = r >= r0 && r < r1;
+            const double tol = inside ? 2e-6 * decode_magnitude(m, x.data(), 0, r) + 1e-6 : 0.0;
+            ASSERT_NEAR(yv[r], inside ? ys[r] : -1.f, tol)
+                << isa << " " << quant::name(t) << " cols " << cols << " rows " << r0 << ".." << r1
+                << " row " << r;
+          }
+        }
+      }
+    }
+}
+
+// Every e4m3 code (subnormals, both zeros, the largest) in FP8 rows, against the e4m3 table;
+// the NaN code makes its row NaN.
+TEST(QuantKernels, Fp8EveryCodeEveryIsa) {
+  const int64_t rows = 3, cols = 256 + 64 + 7;
+  std::vector<uint8_t> q(rows * cols);
+  auto finite = [](int64_t v) { return static_cast<uint8_t>((v & 0x7f) == 0x7f ? 0x7e : v); };
+  for (int64_t c = 0; c < cols; ++c) {
+    q[c] = finite(c % 256);
+    q[cols + c] = finite(255 - c % 256);
+    q[2 * cols + c] = c == 100 ? 0xff : 0x38;  // NaN once, else 1.0
+  }
+  const std::vector<float> s = {0.75f, 3.f, 1e-3f};  // [1, 3] scales: columns / 128
+  auto x = randn(cols, 5);
+  for (std::string_view isa : cpu::supported_isas()) {
+    const cpu::QuantKernels* qk = cpu::quant_kernels_for(isa);
+    std::vector<float> y(rows);
+    qk->gemm_fp8(x.data(), 1, cols, q.data(), s.data(), 0, rows, y.data(), rows);
+    for (int64_t r = 0; r < 2; ++r) {
+      double ref = 0, mag = 0;
+      for (int64_t c = 0; c < cols; ++c) {
+        const double v = double(quant::e4m3_f32(q[r * cols + c])) * s[c / 128] * x[c];
+        ref += v;
+        mag += std::fabs(v);
+      }
+      EXPECT_NEAR(y[r], ref, 1e-5 * mag) << isa << " row " << r;
+    }
+    EXPECT_TRUE(std::isnan(y[2])) << isa;
   }
 }
 

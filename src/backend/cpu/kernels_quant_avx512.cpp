@@ -2,8 +2,11 @@
 // Compiled with -mavx512f -mavx512bw -mavx512vl -mavx512vnni; selected only when the CPU has them.
 #include <immintrin.h>
 
+#include <type_traits>
+
 #include "backend/cpu/quant_fused.h"
 #include "backend/cpu/quant_simd.h"
+#include "backend/cpu/quant_gemv512.h"
 
 namespace ft::cpu {
 
@@ -21,7 +24,25 @@ struct Avx512Q : qsimd::Ymm<Avx512Q> {
   static bool gemm_small(const QActs& x, int64_t n, int64_t k, const uint8_t* w, size_t row_bytes,
                          int64_t r0, int64_t r1, float post, float* y, int64_t ldy) {
     if (n > 4) return false;
+    if (n == 1) {  // 512-bit unpack for the formats 256-bit cannot keep fed (quant_gemv512.h)
+      if constexpr (std::is_same_v<F, quant::NVFP4>)
+        if (vbmi_bf16_ok()) {
+          gemv_nvfp4_vbmi(x, k, w, row_bytes, r0, r1, post, y);
+          return true;
+        }
+      if constexpr (std::is_same_v<F, quant::Q2_K> || std::is_same_v<F, quant::Q3_K>) {
+        (std::is_same_v<F, quant::Q2_K> ? gemv_q2k_512 : gemv_q3k_512)(x, k, w, row_bytes, r0, r1, y);
+        for (int64_t r = r0; r < r1; ++r) y[r] *= post;
+        return true;
+      }
+    }
     qsimd::gemm_fused<Avx512Q, F>(x, n, k, w, row_bytes, r0, r1, post, y, ldy);
+    return true;
+  }
+  static bool gemv_fp8(const float* x, int64_t k, const uint8_t* w, const float* scale_inv,
+                       int64_t r0, int64_t r1, float* y) {
+    if (!vbmi_bf16_ok()) return false;
+    gemv_fp8_vbmi(x, k, w, scale_inv, r0, r1, y);
     return true;
   }
   // 64 codes x 64 activations -> 16 int32 lanes (4 per group of 16), scaled per group.

@@ -72,9 +72,11 @@ constexpr int k_prefetch_bytes = FT_QUANT_PREFETCH;
 // Dot products of NR rows with NT tokens (t0 .. t0 + NT - 1), summed over whole super-blocks
 // [0, nsb) and the block tail; out[r * NT + t]. Several rows side by side are several memory
 // streams in flight (one stream per core is latency-bound on many-core Xeons).
+// Prefetches stop at pf_end (the end of the caller's row range: what lies past it is another
+// task's, and fetching it early would only add DRAM traffic when tasks are small).
 template <class Q, class F, int NR, int NT>
 inline void fused_rows(const uint8_t* const* rows, int64_t k, const QActs& x, int64_t t0,
-                       float* out) {
+                       float* out, const uint8_t* pf_end) {
   using U = Unpack<F>;
   const int64_t ng = k / 16, nsb = k / 256;
   typename Q::Acc acc[NR][NT][2];
@@ -88,8 +90,9 @@ inline void fused_rows(const uint8_t* const* rows, int64_t k, const QActs& x, in
     const int8_t* q = x.q + 256 * sb;
     for (int r = 0; r < NR; ++r) {
       const uint8_t* p = rows[r] + sb * U::kBytes;
-      for (int o = 0; o < U::kBytes; o += 64)  // every line of the super-block k_prefetch ahead
-        _mm_prefetch(reinterpret_cast<const char*>(p) + k_prefetch_bytes + o, _MM_HINT_T0);
+      if (p + k_prefetch_bytes < pf_end)
+        for (int o = 0; o < U::kBytes; o += 64)  // every line of the super-block k_prefetch ahead
+          _mm_prefetch(reinterpret_cast<const char*>(p) + k_prefetch_bytes + o, _MM_HINT_T0);
       __m256 ws[2], ms[2];
       typename Q::Ps ps[NT];
       U::scales(p, ws, ms);
@@ -144,19 +147,20 @@ inline void fused_rows(const uint8_t* const* rows, int64_t k, const QActs& x, in
 template <class Q, class F>
 void gemm_fused(const QActs& x, int64_t n, int64_t k, const uint8_t* w, size_t row_bytes,
                 int64_t r0, int64_t r1, float post, float* y, int64_t ldy) {
+  const uint8_t* end = w + r1 * row_bytes;
   if (n == 1) {
     const int64_t half = (r1 - r0) / 2;
     for (int64_t i = 0; i < half; ++i) {
       const uint8_t* rows[2] = {w + (r0 + i) * row_bytes, w + (r0 + half + i) * row_bytes};
       float out[2];
-      fused_rows<Q, F, 2, 1>(rows, k, x, 0, out);
+      fused_rows<Q, F, 2, 1>(rows, k, x, 0, out, end);
       y[r0 + i] = post * out[0];
       y[r0 + half + i] = post * out[1];
     }
     if ((r1 - r0) % 2) {
       const uint8_t* row = w + (r1 - 1) * row_bytes;
       float out;
-      fused_rows<Q, F, 1, 1>(&row, k, x, 0, &out);
+      fused_rows<Q, F, 1, 1>(&row, k, x, 0, &out, end);
       y[r1 - 1] = post * out;
     }
     return;
@@ -167,10 +171,10 @@ void gemm_fused(const QActs& x, int64_t n, int64_t k, const uint8_t* w, size_t r
     for (int64_t t0 = 0; t0 < n; t0 += 4) {
       const int64_t nt = n - t0 < 4 ? n - t0 : 4;
       switch (nt) {
-        case 1: fused_rows<Q, F, 1, 1>(&row, k, x, t0, out); break;
-        case 2: fused_rows<Q, F, 1, 2>(&row, k, x, t0, out); break;
-        case 3: fused_rows<Q, F, 1, 3>(&row, k, x, t0, out); break;
-        default: fused_rows<Q, F, 1, 4>(&row, k, x, t0, out); break;
+        case 1: fused_rows<Q, F, 1, 1>(&row, k, x, t0, out, end); break;
+        case 2: fused_rows<Q, F, 1, 2>(&row, k, x, t0, out, end); break;
+        case 3: fused_rows<Q, F, 1, 3>(&row, k, x, t0, out, end); break;
+        default: fused_rows<Q, F, 1, 4>(&row, k, x, t0, out, end); break;
       }
       for (int64_t t = 0; t < nt; ++t) y[(t0 + t) * ldy + r] = post * out[t];
     }

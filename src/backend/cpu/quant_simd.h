@@ -11,7 +11,8 @@
 //     n a multiple of 16) -- the codebook step of formats with kHasBook;
 // and optionally
 //   template <class F> bool gemm_small(same arguments as gemm): a faster path for some calls
-//     (the SIMD tables' fused GEMV of quant_fused.h for a few tokens); false when it declines.
+//     (the SIMD tables' fused GEMV of quant_fused.h for a few tokens); false when it declines;
+//   bool gemv_fp8(x, k, w, scale_inv, r0, r1, y): the same for one-token FP8 calls.
 // Include only from a translation unit compiled for Q's instruction set.
 #pragma once
 #include <cstdint>
@@ -56,6 +57,8 @@ template <class Q>
 void gemm_fp8(const float* x, int64_t n, int64_t k, const uint8_t* w, const float* scale_inv,
               int64_t r0, int64_t r1, float* y, int64_t ldy) {
   const int64_t sc = (k + 127) / 128;
+  if constexpr (requires { Q::gemv_fp8(x, k, w, scale_inv, r0, r1, y); })
+    if (n == 1 && Q::gemv_fp8(x, k, w, scale_inv, r0, r1, y)) return;
   if (n == 1) {  // GEMV: decode and multiply in registers, one 128-column scale at a time
     for (int64_t r = r0; r < r1; ++r) {
       const uint8_t* q = w + r * k;

@@ -1,0 +1,300 @@
+// FP8 e4m3 and NVFP4 one-token GEMVs on AVX512-VBMI + AVX512-BF16 (see quant_gemv512.h).
+// The target pragma lets any build compile this file; it runs only where vbmi_bf16_ok().
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512vbmi,avx512bf16,fma,f16c")
+#include "backend/cpu/quant_gemv512.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "backend/cpu/quant_simd.h"
+#include "base/error.h"
+#include "quant/formats.h"
+
+namespace ft::cpu {
+
+bool vbmi_bf16_ok() {
+  static const bool ok = [] {
+    const char* e = std::getenv("FT_QUANT_VBMI");
+    if (e && std::strcmp(e, "0") == 0) return false;
+    return __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("avx512bf16") &&
+           __builtin_cpu_supports("avx512vnni");
+  }();
+  return ok;
+}
+
+namespace {
+
+// Distance ahead (bytes) each row stream prefetches, as in quant_fused.h.
+constexpr int k_ahead = 4096;
+
+// ---- FP8 e4m3 ----------------------------------------------------------------------------------
+// bf16 of every e4m3 magnitude (exact: 3 mantissa bits, exponents 2^-9 .. 2^8 are bf16 normals;
+// S.1111.111 -> NaN), as high and low bytes: the tables of two vpermi2b lookups.
+struct E4m3Bf16 {
+  alignas(64) uint8_t hi[128];
+  alignas(64) uint8_t lo[128];
+};
+const E4m3Bf16& e4m3_bf16() {
+  static const E4m3Bf16 t = [] {
+    E4m3Bf16 b{};
+    for (int i = 0; i < 128; ++i) {
+      const float f = quant::e4m3_f32(static_cast<uint8_t>(i));
+      uint32_t bits;
+      std::memcpy(&bits, &f, 4);
+      FT_CHECK(std::isnan(f) || (bits & 0xffff) == 0, "e4m3 {} is not exact in bf16", i);
+      const uint16_t h = std::isnan(f) ? 0x7fc0 : static_cast<uint16_t>(bits >> 16);
+      b.hi[i] = static_cast<uint8_t>(h >> 8);
+      b.lo[i] = static_cast<uint8_t>(h & 0xff);
+    }
+    return b;
+  }();
+  return t;
+}
+
+// Word order of a 64-byte chunk after vpunpck{l,h}bw: w0 holds elements 16i + j (j < 8), w1
+// elements 16i + 8 + j, i < 4.
+inline __m512i chunk_order(int half) {
+  alignas(64) uint16_t idx[32];
+  for (int i = 0; i < 32; ++i) idx[i] = static_cast<uint16_t>((i / 8) * 16 + 8 * half + i % 8);
+  return _mm512_load_si512(idx);
+}
+
+inline __m512 bf16_f32(__m256bh h) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(reinterpret_cast<__m256i&>(h)), 16));
+}
+
+inline __m512i join(__m256bh a, __m256bh b) {
+  return _mm512_inserti64x4(_mm512_castsi256_si512(reinterpret_cast<__m256i&>(a)),
+                            reinterpret_cast<__m256i&>(b), 1);
+}
+
+// x[c] * s[c / 128] for the whole 64-column chunks of a row band, as bf16 hi + lo parts (hi + lo
+// carries ~16 mantissa bits), per chunk [hi w0-order, hi w1-order, lo w0-order, lo w1-order].
+void fp8_acts(const float* x, const float* s, int64_t chunks, uint16_t* out) {
+  const __m512i o0 = chunk_order(0), o1 = chunk_order(1);
+  for (int64_t c = 0; c < chunks; ++c) {
+    const __m512 sc = _mm512_set1_ps(s[c / 2]);
+    __m512 v[4];
+    __m256bh h[4];
+    __m512 lo[4];
+    for (int i = 0; i < 4; ++i) {
+      v[i] = _mm512_mul_ps(_mm512_loadu_ps(x + 64 * c + 16 * i), sc);
+      h[i] = _mm512_cvtneps_pbh(v[i]);
+      lo[i] = _mm512_sub_ps(v[i], bf16_f32(h[i]));
+    }
+    const __m512i ha = join(h[0], h[1]), hb = join(h[2], h[3]);
+    const __m512bh la = _mm512_cvtne2ps_pbh(lo[1], lo[0]), lb = _mm512_cvtne2ps_pbh(lo[3], lo[2]);
+    const __m512i lai = reinterpret_cast<const __m512i&>(la), lbi = reinterpret_cast<const __m512i&>(lb);
+    uint16_t* o = out + 128 * c;
+    _mm512_storeu_si512(o, _mm512_permutex2var_epi16(ha, o0, hb));
+    _mm512_storeu_si512(o + 32, _mm512_permutex2var_epi16(ha, o1, hb));
+    _mm512_storeu_si512(o + 64, _mm512_permutex2var_epi16(lai, o0, lbi));
+    _mm512_storeu_si512(o + 96, _mm512_permutex2var_epi16(lai, o1, lbi));
+  }
+}
+
+// NR rows side by side (NR memory streams) over the whole chunks; out[r] = their dots.
+template <int NR>
+inline void fp8_rows(const uint8_t* const* w, int64_t chunks, const uint16_t* xa, float* out,
+                     const uint8_t* pf_end) {
+  const E4m3Bf16& t = e4m3_bf16();
+  const __m512i th0 = _mm512_load_si512(t.hi), th1 = _mm512_load_si512(t.hi + 64);
+  const __m512i tl0 = _mm512_load_si512(t.lo), tl1 = _mm512_load_si512(t.lo + 64);
+  const __m512i sign = _mm512_set1_epi8(static_cast<char>(0x80));
+  __m512 acc[NR][4];
+  for (int r = 0; r < NR; ++r)
+    for (int i = 0; i < 4; ++i) acc[r][i] = _mm512_setzero_ps();
+  for (int64_t c = 0; c < chunks; ++c) {
+    const uint16_t* a = xa + 128 * c;
+    const __m512bh xh0 = (__m512bh)_mm512_loadu_si512(a), xh1 = (__m512bh)_mm512_loadu_si512(a + 32);
+    const __m512bh xl0 = (__m512bh)_mm512_loadu_si512(a + 64), xl1 = (__m512bh)_mm512_loadu_si512(a + 96);
+    for (int r = 0; r < NR; ++r) {
+      const uint8_t* p = w[r] + 64 * c;
+      if (p + k_ahead < pf_end) _mm_prefetch(reinterpret_cast<const char*>(p) + k_ahead, _MM_HINT_T0);
+      const __m512i b = _mm512_loadu_si512(p);
+      // high byte: the magnitude's (sign bit clear) with the code's sign bit or'ed in
+      const __m512i hi = _mm512_ternarylogic_epi32(_mm512_permutex2var_epi8(th0, b, th1), b, sign, 0xf8);
+      const __m512i lo = _mm512_permutex2var_epi8(tl0, b, tl1);
+      const __m512bh w0 = (__m512bh)_mm512_unpacklo_epi8(lo, hi), w1 = (__m512bh)_mm512_unpackhi_epi8(lo, hi);
+      acc[r][0] = _mm512_dpbf16_ps(acc[r][0], w0, xh0);
+      acc[r][1] = _mm512_dpbf16_ps(acc[r][1], w1, xh1);
+      acc[r][2] = _mm512_dpbf16_ps(acc[r][2], w0, xl0);
+      acc[r][3] = _mm512_dpbf16_ps(acc[r][3], w1, xl1);
+    }
+  }
+  for (int r = 0; r < NR; ++r)
+    out[r] = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc[r][0], acc[r][1]),
+                                                _mm512_add_ps(acc[r][2], acc[r][3])));
+}
+
+// ---- NVFP4 -------------------------------------------------------------------------------------
+// A super-block is 16 blocks (144 bytes: block b's e4m3 scale at 9b, its 8 code bytes after it).
+// Quarter j (blocks 4j .. 4j + 3) is gathered from one or two 64-byte loads so that each block's
+// 8 code bytes fill two qwords (the same bytes twice); vpmultishiftqb then picks nibbles 0-7 in
+// the first qword and 8-15 in the second: 16 bytes per block in element order.
+struct NvTables {
+  alignas(64) uint8_t quarter[4][64];  // byte indices into the quarter's load(s), see below
+  alignas(64) uint8_t scales[64];      // block b's scale byte: A[9b] (b < 8), D[9b - 72] (| 64)
+  alignas(64) uint8_t shifts[64];      // vpmultishiftqb bit offsets: 4i in even qwords, 32 + 4i odd
+  alignas(64) uint8_t book[64];        // codebook entry i & 15 (vpermb reads 6 index bits)
+};
+// Loads per super-block p: A = p[0, 64), B = p[64, 128), D = p[72, 136), C = p[80, 144).
+// Quarter 0 reads A (vpermb), 1 reads A|B (vpermi2b), 2 reads D, 3 reads C.
+const NvTables& nv_tables() {
+  static const NvTables t = [] {
+    NvTables n{};
+    constexpr int base[4] = {0, 0, 72, 80};
+    for (int j = 0; j < 4; ++j)
+      for (int o = 0; o < 64; ++o) {
+        const int blk = 4 * j + o / 16, byte = 9 * blk + 1 + o % 8;
+        n.quarter[j][o] = static_cast<uint8_t>(byte - base[j]);  // quarter 1: >= 64 selects B
+      }
+    for (int b = 0; b < 16; ++b) n.scales[b] = static_cast<uint8_t>(b < 8 ? 9 * b : 64 + 9 * b - 72);
+    for (int o = 0; o < 64; ++o) {
+      n.shifts[o] = static_cast<uint8_t>(4 * (o % 8) + ((o / 8) % 2 ? 32 : 0));
+      n.book[o] = quant::k_e2m1_book.v[o % 16];
+    }
+    return n;
+  }();
+  return t;
+}
+
+// e4m3 / 256 of 16 scale bytes, exactly (bits placed into fp16's fields; S.1111.111 -> NaN).
+inline __m512 e4m3_over_256(__m128i bytes) {
+  const __m256i b = _mm256_cvtepu8_epi16(bytes);
+  const __m256i mag = _mm256_and_si256(b, _mm256_set1_epi16(0x7f));
+  __m256i h = _mm256_ternarylogic_epi32(_mm256_slli_epi16(b, 8), _mm256_slli_epi16(mag, 7),
+                                        _mm256_set1_epi16(static_cast<short>(0x8000)), 0xe4);
+  h = _mm256_mask_mov_epi16(h, _mm256_cmpeq_epi16_mask(mag, _mm256_set1_epi16(0x7f)),
+                            _mm256_set1_epi16(0x7e00));
+  return _mm512_cvtph_ps(h);
+}
+
+template <int NR>
+inline void nvfp4_rows(const uint8_t* const* w, int64_t nsb, const QActs& x, float* out,
+                       const uint8_t* pf_end) {
+  const NvTables& t = nv_tables();
+  const __m512i q0 = _mm512_load_si512(t.quarter[0]), q1 = _mm512_load_si512(t.quarter[1]);
+  const __m512i q2 = _mm512_load_si512(t.quarter[2]), q3 = _mm512_load_si512(t.quarter[3]);
+  const __m512i isc = _mm512_load_si512(t.scales), sh = _mm512_load_si512(t.shifts);
+  const __m512i book = _mm512_load_si512(t.book);
+  // lane l of quarter j's dot belongs to block 4j + l / 4
+  const __m512i lanes = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
+  const __m512i four = _mm512_set1_epi32(4);
+  __m512 acc[NR][2], accm[NR];
+  for (int r = 0; r < NR; ++r) acc[r][0] = acc[r][1] = accm[r] = _mm512_setzero_ps();
+  for (int64_t sb = 0; sb < nsb; ++sb) {
+    const int8_t* q = x.q + 256 * sb;
+    const __m512 dx = _mm512_loadu_ps(x.d + 16 * sb), sx = _mm512_loadu_ps(x.s + 16 * sb);
+    for (int r = 0; r < NR; ++r) {
+      const uint8_t* p = w[r] + 144 * sb;
+      if (p + k_ahead < pf_end) {
+        _mm_prefetch(reinterpret_cast<const char*>(p) + k_ahead, _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(p) + k_ahead + 64, _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(p) + k_ahead + 128, _MM_HINT_T0);
+      }
+      const __m512i A = _mm512_loadu_si512(p), B = _mm512_loadu_si512(p + 64);
+      const __m512i D = _mm512_loadu_si512(p + 72), C = _mm512_loadu_si512(p + 80);
+      const __m512 hw = e4m3_over_256(_mm512_castsi512_si128(_mm512_permutex2var_epi8(A, isc, D)));
+      const __m512 s = _mm512_mul_ps(hw, dx);
+      accm[r] = _mm512_fmadd_ps(hw, sx, accm[r]);
+      const __m512i g[4] = {_mm512_permutexvar_epi8(q0, A), _mm512_permutex2var_epi8(A, q1, B),
+                            _mm512_permutexvar_epi8(q2, D), _mm512_permutexvar_epi8(q3, C)};
+      __m512i idx = lanes;
+      for (int j = 0; j < 4; ++j) {
+        const __m512i u = _mm512_permutexvar_epi8(_mm512_multishift_epi64_epi8(sh, g[j]), book);
+        const __m512i d = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, _mm512_loadu_si512(q + 64 * j));
+        acc[r][j % 2] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_permutexvar_ps(idx, s), acc[r][j % 2]);
+        idx = _mm512_add_epi32(idx, four);
+      }
+    }
+  }
+  // d = 0.5 e4m3 = 128 * hw; offset m = -12 d
+  for (int r = 0; r < NR; ++r)
+    out[r] = 128.f * (_mm512_reduce_add_ps(_mm512_add_ps(acc[r][0], acc[r][1])) -
+                      12.f * _mm512_reduce_add_ps(accm[r]));
+}
+
+// The blocks past the last whole super-block, through decode() like the scalar table.
+float nvfp4_tail(const uint8_t* row, int64_t k, const QActs& x) {
+  using F = quant::NVFP4;
+  const int64_t nsb = k / 256, ng = k / 16;
+  const auto* blk = reinterpret_cast<const F::Block*>(row + 144 * nsb);
+  float acc = 0.f;
+  for (int64_t g = 16 * nsb; g < ng; ++g) {
+    uint8_t u[16];
+    float d, m;
+    F::decode(blk[g - 16 * nsb], u, &d, &m);
+    int32_t s = 0;
+    for (int i = 0; i < 16; ++i) s += static_cast<int32_t>(quant::code<F>(u[i])) * x.q[16 * g + i];
+    acc += d * x.d[g] * static_cast<float>(s) + m * x.s[g];
+  }
+  return acc;
+}
+
+}  // namespace
+
+void gemv_fp8_vbmi(const float* x, int64_t k, const uint8_t* w, const float* scale_inv,
+                   int64_t r0, int64_t r1, float* y) {
+  const int64_t chunks = k / 64, sc = (k + 127) / 128;
+  thread_local std::vector<uint16_t> buf;
+  if (buf.size() < static_cast<size_t>(128 * chunks)) buf.resize(128 * chunks);
+  const float* lut = e4m3_table();
+  auto tail = [&](const uint8_t* row, const float* s) {
+    float acc = 0.f;
+    for (int64_t c = 64 * chunks; c < k; ++c) acc += lut[row[c]] * x[c] * s[c / 128];
+    return acc;
+  };
+  for (int64_t b0 = r0; b0 < r1;) {  // one 128-row band of scales at a time
+    const int64_t b1 = std::min(r1, (b0 / 128 + 1) * 128);
+    const float* s = scale_inv + (b0 / 128) * sc;
+    fp8_acts(x, s, chunks, buf.data());
+    const int64_t half = (b1 - b0) / 2;
+    for (int64_t i = 0; i < half; ++i) {
+      const uint8_t* rows[2] = {w + (b0 + i) * k, w + (b0 + half + i) * k};
+      float out[2];
+      fp8_rows<2>(rows, chunks, buf.data(), out, w + r1 * k);
+      y[b0 + i] = out[0] + tail(rows[0], s);
+      y[b0 + half + i] = out[1] + tail(rows[1], s);
+    }
+    if ((b1 - b0) % 2) {
+      const uint8_t* row = w + (b1 - 1) * k;
+      float out;
+      fp8_rows<1>(&row, chunks, buf.data(), &out, w + r1 * k);
+      y[b1 - 1] = out + tail(row, s);
+    }
+    b0 = b1;
+  }
+}
+
+void gemv_nvfp4_vbmi(const QActs& x, int64_t k, const uint8_t* w, size_t row_bytes, int64_t r0,
+                     int64_t r1, float post, float* y) {
+  const int64_t nsb = k / 256;
+  const bool has_tail = k % 256 != 0;
+  const int64_t half = (r1 - r0) / 2;
+  for (int64_t i = 0; i < half; ++i) {
+    const uint8_t* rows[2] = {w + (r0 + i) * row_bytes, w + (r0 + half + i) * row_bytes};
+    float out[2];
+    nvfp4_rows<2>(rows, nsb, x, out, w + r1 * row_bytes);
+    if (has_tail) {
+      out[0] += nvfp4_tail(rows[0], k, x);
+      out[1] += nvfp4_tail(rows[1], k, x);
+    }
+    y[r0 + i] = post * out[0];
+    y[r0 + half + i] = post * out[1];
+  }
+  if ((r1 - r0) % 2) {
+    const uint8_t* row = w + (r1 - 1) * row_bytes;
+    float out;
+    nvfp4_rows<1>(&row, nsb, x, &out, w + r1 * row_bytes);
+    if (has_tail) out += nvfp4_tail(row, k, x);
+    y[r1 - 1] = post * out;
+  }
+}
+
+}  // namespace ft::cpu

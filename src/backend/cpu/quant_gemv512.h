@@ -1,0 +1,31 @@
+// One-token GEMVs with 512-bit unpack for the formats whose 256-bit fused form (quant_fused.h)
+// cannot keep up with DRAM. Called from the AVX-512 quant table (kernels_quant_avx512.cpp).
+// kernels_quant_vbmi.cpp, only where vbmi_bf16_ok() (Sapphire Rapids and later; Ice Lake lacks
+// BF16): FP8 e4m3 (bytes -> bf16 by two 128-entry vpermi2b lookups, vdpbf16ps against bf16
+// hi + lo parts of the scaled activations) and NVFP4 (16-element blocks gathered and split into
+// nibbles by vpermb / vpmultishiftqb, codebook by vpermb, vpdpbusd against int8 activations).
+// kernels_quant_k23.cpp (AVX512-VNNI, like the table): Q2_K and Q3_K, 64 codes per vpdpbusd.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "backend/cpu/quant_kernels.h"
+
+namespace ft::cpu {
+
+// This CPU has AVX512-VBMI and AVX512-BF16 (and FT_QUANT_VBMI is not 0 in the environment).
+bool vbmi_bf16_ok();
+
+// y[r] = dot(x, e4m3 row r) with scale_inv [ceil(rows/128), ceil(k/128)], r in [r0, r1).
+void gemv_fp8_vbmi(const float* x, int64_t k, const uint8_t* w, const float* scale_inv,
+                   int64_t r0, int64_t r1, float* y);
+// y[r] = post * dot(x, NVFP4 row r) over whole 256-element super-blocks and a block tail.
+void gemv_nvfp4_vbmi(const QActs& x, int64_t k, const uint8_t* w, size_t row_bytes, int64_t r0,
+                     int64_t r1, float post, float* y);
+// y[r] = dot(x, row r) over whole 256-element blocks (Q2_K / Q3_K rows are whole blocks).
+void gemv_q2k_512(const QActs& x, int64_t k, const uint8_t* w, size_t row_bytes, int64_t r0,
+                  int64_t r1, float* y);
+void gemv_q3k_512(const QActs& x, int64_t k, const uint8_t* w, size_t row_bytes, int64_t r0,
+                  int64_t r1, float* y);
+
+}  // namespace ft::cpu
