@@ -224,7 +224,7 @@ TEST(QuantKernels, Fp8Block128EveryIsa) {
 TEST(QuantKernels, RandomBytesEveryIsa) {
   std::mt19937 rng(77);
   for (QuantType t : {QuantType::Q2_K, QuantType::Q3_K, QuantType::NVFP4, QuantType::Q4_K,
-                      QuantType::Q6_K, QuantType::MXFP4})
+                      QuantType::Q5_K, QuantType::Q6_K, QuantType::MXFP4})
     for (const int64_t cols : {int64_t{256}, int64_t{2048}, int64_t{1024 + 256}, int64_t{336}}) {
       if (cols % quant::block_elems(t)) continue;
       const int64_t rows = 29, n = 1;
@@ -242,7 +242,7 @@ TEST(QuantKernels, RandomBytesEveryIsa) {
         const size_t o = b * bb;
         if (t == QuantType::Q2_K) half(o + 80), half(o + 82);
         if (t == QuantType::Q3_K) half(o + 108);
-        if (t == QuantType::Q4_K) half(o), half(o + 2);
+        if (t == QuantType::Q4_K || t == QuantType::Q5_K) half(o), half(o + 2);
         if (t == QuantType::Q6_K) half(o + 208);
         if (t == QuantType::NVFP4 && (m.data[o] & 0x7f) == 0x7f) m.data[o] = 0x7e;  // not NaN
         if (t == QuantType::MXFP4) m.data[o] = static_cast<uint8_t>(100 + m.data[o] % 50);

@@ -30,8 +30,13 @@ struct Avx512Q : qsimd::Ymm<Avx512Q> {
           gemv_nvfp4_vbmi(x, k, w, row_bytes, r0, r1, post, y);
           return true;
         }
-      if constexpr (std::is_same_v<F, quant::Q2_K> || std::is_same_v<F, quant::Q3_K>) {
-        (std::is_same_v<F, quant::Q2_K> ? gemv_q2k_512 : gemv_q3k_512)(x, k, w, row_bytes, r0, r1, y);
+      constexpr auto kq = std::is_same_v<F, quant::Q2_K>   ? gemv_q2k_512
+                          : std::is_same_v<F, quant::Q3_K> ? gemv_q3k_512
+                          : std::is_same_v<F, quant::Q4_K> ? gemv_q4k_512
+                          : std::is_same_v<F, quant::Q5_K> ? gemv_q5k_512
+                                                           : nullptr;
+      if constexpr (kq != nullptr) {
+        kq(x, k, w, row_bytes, r0, r1, y);
         for (int64_t r = r0; r < r1; ++r) y[r] *= post;
         return true;
       }

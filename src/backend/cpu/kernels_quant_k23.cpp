@@ -15,6 +15,9 @@ namespace ft::cpu {
 namespace {
 
 constexpr int k_ahead = 4096;  // prefetch distance per row stream (as quant_fused.h)
+#ifndef FT_KQ_ROWS
+#define FT_KQ_ROWS 4
+#endif
 
 inline float f16(const uint8_t* p) {
   uint16_t h;
@@ -22,18 +25,20 @@ inline float f16(const uint8_t* p) {
   return _cvtsh_ss(h);
 }
 
-// Lane l of shift j's dot belongs to group 2j + l / 4 (l < 8) or 8 + 2j + (l - 8) / 4.
-inline __m512i group_lanes(int j) {
-  const int a = 2 * j, b = 8 + 2 * j;
+// Piece j of a format's super-block: the elements a .. a + 31 and b .. b + 31 as one zmm of codes
+// (F::kPieceA[j], F::kPieceB[j]). Lane l of its dot belongs to group a/16 + l/4 (l < 8) or
+// b/16 + (l - 8)/4.
+inline __m512i group_lanes(int a, int b) {
+  a /= 16, b /= 16;
   return _mm512_set_epi32(b + 1, b + 1, b + 1, b + 1, b, b, b, b, a + 1, a + 1, a + 1, a + 1, a, a,
                           a, a);
 }
 
-// Activations of elements 32j .. 32j + 31 and 128 + 32j .. 128 + 32j + 31.
-inline __m512i acts(const int8_t* q, int j) {
+// Activations of elements a .. a + 31 and b .. b + 31.
+inline __m512i acts(const int8_t* q, int a, int b) {
   return _mm512_inserti64x4(
-      _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 32 * j))),
-      _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 128 + 32 * j)), 1);
+      _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + a))),
+      _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + b)), 1);
 }
 
 inline void prefetch(const uint8_t* p, int bytes, const uint8_t* pf_end) {
@@ -44,8 +49,13 @@ inline void prefetch(const uint8_t* p, int bytes, const uint8_t* pf_end) {
 
 // Per super-block: F::scales(p, dx, sx, &accm) returns the 16 group scales times the activation
 // scales and adds the offset term; F::codes<j>(p) the 64 codes of shift j.
+// Q2_K / Q3_K: shift j of the 64 code bytes holds elements 32j + l and 128 + 32j + l.
+constexpr int k_pieces_23a[4] = {0, 32, 64, 96}, k_pieces_23b[4] = {128, 160, 192, 224};
+
 struct Q2K {
   static constexpr int kBytes = sizeof(quant::BlockQ2_K);  // scales[16], qs[64], d, dmin
+  static constexpr const int* kPieceA = k_pieces_23a;
+  static constexpr const int* kPieceB = k_pieces_23b;
   static __m512 scales(const uint8_t* p, __m512 dx, __m512 sx, __m512* accm) {
     const __m128i s = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
     const __m128i m4 = _mm_set1_epi8(0x0f);
@@ -68,6 +78,8 @@ struct Q2K {
 
 struct Q3K {
   static constexpr int kBytes = sizeof(quant::BlockQ3_K);  // hmask[32], qs[64], scales[12], d
+  static constexpr const int* kPieceA = k_pieces_23a;
+  static constexpr const int* kPieceB = k_pieces_23b;
   static __m512 scales(const uint8_t* p, __m512 dx, __m512 sx, __m512* accm) {
     // k3_scale (as Unpack<Q3_K>::scales): 16 signed 6-bit scales, minus 32
     uint64_t a;
@@ -111,6 +123,78 @@ inline __m512 step(__m512i codes, __m512i acts, __m512 s, __m512i lanes, __m512 
   return _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_permutexvar_ps(lanes, s), acc);
 }
 
+// Q4_K / Q5_K: 64 code bytes j / 2 (qs[64 (j/2) ..]) hold sub-blocks 4 (j/2) and 4 (j/2) + 2 in
+// their low nibbles, + 1 and + 3 in the high ones. Scales and mins are 6-bit per sub-block of 32.
+constexpr int k_pieces_45a[4] = {0, 32, 128, 160}, k_pieces_45b[4] = {64, 96, 192, 224};
+
+inline __m512 k45_scales(const uint8_t* p, __m512 dx, __m512 sx, __m512* accm) {
+  uint32_t w[3];
+  std::memcpy(w, p + 4, 12);
+  constexpr uint32_t m6 = 0x3f3f3f3f, m4 = 0x0f0f0f0f, m2 = 0x03030303;
+  const uint32_t sc_hi = (w[2] & m4) | (((w[0] >> 6) & m2) << 4);
+  const uint32_t mn_hi = ((w[2] >> 4) & m4) | (((w[1] >> 6) & m2) << 4);
+  // lanes 0-7 the sub-block scales, 8-15 the mins
+  const __m128i b = _mm_setr_epi32(static_cast<int>(w[0] & m6), static_cast<int>(sc_hi),
+                                   static_cast<int>(w[1] & m6), static_cast<int>(mn_hi));
+  const __m512 dm = _mm512_cvtph_ps(_mm256_permutexvar_epi16(
+      _mm256_setr_epi16(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1),
+      _mm256_castsi128_si256(_mm_cvtsi32_si128(*reinterpret_cast<const int*>(p)))));
+  const __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(b)), dm);
+  const __m512i pairs = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+  *accm = _mm512_fnmadd_ps(
+      _mm512_permutexvar_ps(_mm512_add_epi32(pairs, _mm512_set1_epi32(8)), v), sx, *accm);
+  return _mm512_mul_ps(_mm512_permutexvar_ps(pairs, v), dx);
+}
+
+struct Q4K {
+  static constexpr int kBytes = sizeof(quant::BlockQ4_K);  // d, dmin, scales[12], qs[128]
+  static constexpr const int* kPieceA = k_pieces_45a;
+  static constexpr const int* kPieceB = k_pieces_45b;
+  static __m512 scales(const uint8_t* p, __m512 dx, __m512 sx, __m512* accm) {
+    return k45_scales(p, dx, sx, accm);
+  }
+  struct Codes {
+    __m512i qs[2];
+    explicit Codes(const uint8_t* p)
+        : qs{_mm512_loadu_si512(p + 16), _mm512_loadu_si512(p + 80)} {}
+    template <int J>
+    __m512i get() const {
+      const __m512i v = J % 2 ? _mm512_srli_epi16(qs[J / 2], 4) : qs[J / 2];
+      return _mm512_and_si512(v, _mm512_set1_epi8(0x0f));
+    }
+  };
+};
+
+// Q5_K: Q4_K's nibble plus bit (sub-block) of qh[l] as bit 4; piece j covers sub-blocks
+// s = 4 (j/2) + j%2 (bytes 0-31) and s + 2 (bytes 32-63).
+struct Q5K {
+  static constexpr int kBytes = sizeof(quant::BlockQ5_K);  // d, dmin, scales[12], qh[32], qs[128]
+  static constexpr const int* kPieceA = k_pieces_45a;
+  static constexpr const int* kPieceB = k_pieces_45b;
+  static __m512 scales(const uint8_t* p, __m512 dx, __m512 sx, __m512* accm) {
+    return k45_scales(p, dx, sx, accm);
+  }
+  struct Codes {
+    __m512i qs[2], qh;  // qh: qh twice, the upper copy >> 2 (sub-block s + 2's bit at s's place)
+    explicit Codes(const uint8_t* p)
+        : qs{_mm512_loadu_si512(p + 48), _mm512_loadu_si512(p + 112)} {
+      const __m512i h = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 16)));
+      qh = _mm512_mask_srli_epi16(h, 0xffff0000u, h, 2);
+    }
+    template <int J>
+    __m512i get() const {
+      const __m512i v = J % 2 ? _mm512_srli_epi16(qs[J / 2], 4) : qs[J / 2];
+      constexpr int s = 4 * (J / 2) + J % 2;  // bit s of qh to bit 4 (16-bit shifts, masked)
+      __m512i hb;
+      if constexpr (s < 4) hb = _mm512_slli_epi16(qh, 4 - s);
+      else if constexpr (s == 4) hb = qh;
+      else hb = _mm512_srli_epi16(qh, s - 4);
+      return _mm512_ternarylogic_epi32(_mm512_and_si512(v, _mm512_set1_epi8(0x0f)), hb,
+                                       _mm512_set1_epi8(0x10), 0xd8);
+    }
+  };
+};
+
 template <class F, int NR>
 inline void rows_512(const uint8_t* const* w, int64_t nsb, const QActs& x, float* out,
                      const uint8_t* pf_end) {
@@ -119,38 +203,41 @@ inline void rows_512(const uint8_t* const* w, int64_t nsb, const QActs& x, float
   for (int64_t sb = 0; sb < nsb; ++sb) {
     const int8_t* q = x.q + 256 * sb;
     const __m512 dx = _mm512_loadu_ps(x.d + 16 * sb), sx = _mm512_loadu_ps(x.s + 16 * sb);
-    const __m512i a[4] = {acts(q, 0), acts(q, 1), acts(q, 2), acts(q, 3)};
+    const __m512i a[4] = {acts(q, F::kPieceA[0], F::kPieceB[0]), acts(q, F::kPieceA[1], F::kPieceB[1]),
+                          acts(q, F::kPieceA[2], F::kPieceB[2]), acts(q, F::kPieceA[3], F::kPieceB[3])};
     for (int r = 0; r < NR; ++r) {
       const uint8_t* p = w[r] + F::kBytes * sb;
       prefetch(p, F::kBytes, pf_end);
       const __m512 s = F::scales(p, dx, sx, &accm[r]);
       const typename F::Codes c(p);
-      acc[r][0] = step(c.template get<0>(), a[0], s, group_lanes(0), acc[r][0]);
-      acc[r][1] = step(c.template get<1>(), a[1], s, group_lanes(1), acc[r][1]);
-      acc[r][0] = step(c.template get<2>(), a[2], s, group_lanes(2), acc[r][0]);
-      acc[r][1] = step(c.template get<3>(), a[3], s, group_lanes(3), acc[r][1]);
+      acc[r][0] = step(c.template get<0>(), a[0], s, group_lanes(F::kPieceA[0], F::kPieceB[0]), acc[r][0]);
+      acc[r][1] = step(c.template get<1>(), a[1], s, group_lanes(F::kPieceA[1], F::kPieceB[1]), acc[r][1]);
+      acc[r][0] = step(c.template get<2>(), a[2], s, group_lanes(F::kPieceA[2], F::kPieceB[2]), acc[r][0]);
+      acc[r][1] = step(c.template get<3>(), a[3], s, group_lanes(F::kPieceA[3], F::kPieceB[3]), acc[r][1]);
     }
   }
   for (int r = 0; r < NR; ++r)
     out[r] = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc[r][0], acc[r][1]), accm[r]));
 }
 
-// Two rows side by side (the two halves of the range: two memory streams), then an odd last one.
+// NR rows side by side, one from each NR-th of the range (NR memory streams, each activation load
+// shared by NR rows), then the leftover rows one by one.
 template <class F>
 void gemv_512(const QActs& x, int64_t k, const uint8_t* w, size_t row_bytes, int64_t r0,
               int64_t r1, float* y) {
-  const int64_t nsb = k / 256, half = (r1 - r0) / 2;
+  constexpr int NR = FT_KQ_ROWS;
+  const int64_t nsb = k / 256, part = (r1 - r0) / NR;
   const uint8_t* end = w + r1 * row_bytes;
-  for (int64_t i = 0; i < half; ++i) {
-    const uint8_t* rows[2] = {w + (r0 + i) * row_bytes, w + (r0 + half + i) * row_bytes};
-    float out[2];
-    rows_512<F, 2>(rows, nsb, x, out, end);
-    y[r0 + i] = out[0];
-    y[r0 + half + i] = out[1];
+  for (int64_t i = 0; i < part; ++i) {
+    const uint8_t* rows[NR];
+    for (int j = 0; j < NR; ++j) rows[j] = w + (r0 + j * part + i) * row_bytes;
+    float out[NR];
+    rows_512<F, NR>(rows, nsb, x, out, end);
+    for (int j = 0; j < NR; ++j) y[r0 + j * part + i] = out[j];
   }
-  if ((r1 - r0) % 2) {
-    const uint8_t* row = w + (r1 - 1) * row_bytes;
-    rows_512<F, 1>(&row, nsb, x, &y[r1 - 1], end);
+  for (int64_t r = r0 + NR * part; r < r1; ++r) {
+    const uint8_t* row = w + r * row_bytes;
+    rows_512<F, 1>(&row, nsb, x, &y[r], end);
   }
 }
 
@@ -163,6 +250,14 @@ void gemv_q2k_512(const QActs& x, int64_t k, const uint8_t* w, size_t row_bytes,
 void gemv_q3k_512(const QActs& x, int64_t k, const uint8_t* w, size_t row_bytes, int64_t r0,
                   int64_t r1, float* y) {
   gemv_512<Q3K>(x, k, w, row_bytes, r0, r1, y);
+}
+void gemv_q4k_512(const QActs& x, int64_t k, const uint8_t* w, size_t row_bytes, int64_t r0,
+                  int64_t r1, float* y) {
+  gemv_512<Q4K>(x, k, w, row_bytes, r0, r1, y);
+}
+void gemv_q5k_512(const QActs& x, int64_t k, const uint8_t* w, size_t row_bytes, int64_t r0,
+                  int64_t r1, float* y) {
+  gemv_512<Q5K>(x, k, w, row_bytes, r0, r1, y);
 }
 
 }  // namespace ft::cpu

@@ -27,5 +27,9 @@ void gemv_q2k_512(const QActs& x, int64_t k, const uint8_t* w, size_t row_bytes,
                   int64_t r1, float* y);
 void gemv_q3k_512(const QActs& x, int64_t k, const uint8_t* w, size_t row_bytes, int64_t r0,
                   int64_t r1, float* y);
+void gemv_q4k_512(const QActs& x, int64_t k, const uint8_t* w, size_t row_bytes, int64_t r0,
+                  int64_t r1, float* y);
+void gemv_q5k_512(const QActs& x, int64_t k, const uint8_t* w, size_t row_bytes, int64_t r0,
+                  int64_t r1, float* y);
 
 }  // namespace ft::cpu
