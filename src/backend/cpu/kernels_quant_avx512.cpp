@@ -25,9 +25,10 @@ struct Avx512Q : qsimd::Ymm<Avx512Q> {
                          int64_t r0, int64_t r1, float post, float* y, int64_t ldy) {
     if (n > 4) return false;
     if (n == 1) {  // 512-bit unpack for the formats 256-bit cannot keep fed (quant_gemv512.h)
-      if constexpr (std::is_same_v<F, quant::NVFP4>)
+      if constexpr (std::is_same_v<F, quant::NVFP4> || std::is_same_v<F, quant::MXFP4>)
         if (vbmi_bf16_ok()) {
-          gemv_nvfp4_vbmi(x, k, w, row_bytes, r0, r1, post, y);
+          (std::is_same_v<F, quant::NVFP4> ? gemv_nvfp4_vbmi : gemv_mxfp4_vbmi)(x, k, w, row_bytes,
+                                                                              r0, r1, post, y);
           return true;
         }
       constexpr auto kq = std::is_same_v<F, quant::Q2_K>   ? gemv_q2k_512

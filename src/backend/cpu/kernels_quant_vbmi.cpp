@@ -221,20 +221,113 @@ inline void nvfp4_rows(const uint8_t* const* w, int64_t nsb, const QActs& x, flo
 }
 
 // The blocks past the last whole super-block, through decode() like the scalar table.
-float nvfp4_tail(const uint8_t* row, int64_t k, const QActs& x) {
-  using F = quant::NVFP4;
-  const int64_t nsb = k / 256, ng = k / 16;
-  const auto* blk = reinterpret_cast<const F::Block*>(row + 144 * nsb);
+template <class F>
+float block_tail(const uint8_t* row, int64_t k, const QActs& x) {
+  constexpr int be = F::kElems, per_sb = 256 / be;
+  const int64_t nsb = k / 256;
+  const auto* blk = reinterpret_cast<const typename F::Block*>(row) + per_sb * nsb;
   float acc = 0.f;
-  for (int64_t g = 16 * nsb; g < ng; ++g) {
-    uint8_t u[16];
-    float d, m;
-    F::decode(blk[g - 16 * nsb], u, &d, &m);
-    int32_t s = 0;
-    for (int i = 0; i < 16; ++i) s += static_cast<int32_t>(quant::code<F>(u[i])) * x.q[16 * g + i];
-    acc += d * x.d[g] * static_cast<float>(s) + m * x.s[g];
+  for (int64_t b = 0; b < (k - 256 * nsb) / be; ++b) {
+    uint8_t u[be];
+    float d[be / 16], m[be / 16];
+    F::decode(blk[b], u, d, m);
+    for (int j = 0; j < be / 16; ++j) {
+      const int64_t g = (256 * nsb + be * b) / 16 + j;
+      int32_t s = 0;
+      for (int i = 0; i < 16; ++i)
+        s += static_cast<int32_t>(quant::code<F>(u[16 * j + i])) * x.q[16 * g + i];
+      acc += d[j] * x.d[g] * static_cast<float>(s) + m[j] * x.s[g];
+    }
   }
   return acc;
+}
+
+// ---- MXFP4 -------------------------------------------------------------------------------------
+// A super-block is 8 blocks of 17 bytes (e8m0 scale, then 16 code bytes: element i in the low
+// nibble of byte i, element 16 + i in the high one). Half h (blocks 4h .. 4h + 3) is gathered by
+// one vpermi2b into a block per 128-bit lane; its low nibbles (groups 2b) and high nibbles
+// (groups 2b + 1) are two vpdpbusd pieces against activations permuted to match once per call.
+struct MxTables {
+  alignas(64) uint8_t half[2][64];  // code bytes: half 0 from p[0, 128), half 1 from p[8, 136)
+  alignas(64) uint8_t scales[64];   // e8m0 of group g's block (g / 2), from p[0, 128)
+  alignas(64) uint8_t book[64];     // codebook entry i & 15
+  alignas(64) uint8_t acts[2][64];  // activation bytes of the lo / hi piece, from q[0, 128)
+};
+const MxTables& mx_tables() {
+  static const MxTables t = [] {
+    MxTables m{};
+    for (int o = 0; o < 64; ++o) {
+      for (int h = 0; h < 2; ++h)
+        m.half[h][o] = static_cast<uint8_t>(17 * (4 * h + o / 16) + 1 + o % 16 - 8 * h);
+      m.book[o] = quant::k_e2m1_book.v[o % 16];
+      for (int hi = 0; hi < 2; ++hi) m.acts[hi][o] = static_cast<uint8_t>(32 * (o / 16) + 16 * hi + o % 16);
+    }
+    for (int g = 0; g < 16; ++g) m.scales[g] = static_cast<uint8_t>(17 * (g / 2));
+    return m;
+  }();
+  return t;
+}
+
+// q [k] permuted per 128 elements into [lo piece, hi piece] (block b's elements 0-15, then 16-31,
+// per 16-byte lane); whole 128-element halves only.
+void mx_acts(const int8_t* q, int64_t halves, int8_t* out) {
+  const MxTables& t = mx_tables();
+  const __m512i lo = _mm512_load_si512(t.acts[0]), hi = _mm512_load_si512(t.acts[1]);
+  for (int64_t h = 0; h < halves; ++h) {
+    const __m512i a = _mm512_loadu_si512(q + 128 * h), b = _mm512_loadu_si512(q + 128 * h + 64);
+    _mm512_storeu_si512(out + 128 * h, _mm512_permutex2var_epi8(a, lo, b));
+    _mm512_storeu_si512(out + 128 * h + 64, _mm512_permutex2var_epi8(a, hi, b));
+  }
+}
+
+template <int NR>
+inline void mxfp4_rows(const uint8_t* const* w, int64_t nsb, const QActs& x, const int8_t* qp,
+                       float* out, const uint8_t* pf_end) {
+  const MxTables& t = mx_tables();
+  const __m512i i0 = _mm512_load_si512(t.half[0]), i1 = _mm512_load_si512(t.half[1]);
+  const __m512i isc = _mm512_load_si512(t.scales), book = _mm512_load_si512(t.book);
+  // lane l of a piece of half h: block 4h + l / 4, group 2 (4h + l / 4) (+ 1 for the hi piece)
+  const __m512i blk = _mm512_set_epi32(6, 6, 6, 6, 4, 4, 4, 4, 2, 2, 2, 2, 0, 0, 0, 0);
+  __m512i lanes[4];
+  for (int h = 0; h < 2; ++h)
+    for (int hi = 0; hi < 2; ++hi) lanes[2 * h + hi] = _mm512_add_epi32(blk, _mm512_set1_epi32(8 * h + hi));
+  __m512 acc[NR][2], accm[NR];
+  for (int r = 0; r < NR; ++r) acc[r][0] = acc[r][1] = accm[r] = _mm512_setzero_ps();
+  for (int64_t sb = 0; sb < nsb; ++sb) {
+    const int8_t* q = qp + 256 * sb;
+    const __m512 dx = _mm512_loadu_ps(x.d + 16 * sb), sx = _mm512_loadu_ps(x.s + 16 * sb);
+    for (int r = 0; r < NR; ++r) {
+      const uint8_t* p = w[r] + 136 * sb;
+      if (p + k_ahead < pf_end) {
+        _mm_prefetch(reinterpret_cast<const char*>(p) + k_ahead, _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(p) + k_ahead + 64, _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(p) + k_ahead + 128, _MM_HINT_T0);
+      }
+      const __m512i A = _mm512_loadu_si512(p), B = _mm512_loadu_si512(p + 64);
+      const __m512i C = _mm512_loadu_si512(p + 8), D = _mm512_loadu_si512(p + 72);
+      // e8m0: 2^(e - 127) = e << 23 as float bits; e = 0 is 2^-127, 255 NaN; d = that / 2
+      const __m512i e = _mm512_cvtepu8_epi32(_mm512_castsi512_si128(_mm512_permutex2var_epi8(A, isc, B)));
+      const __mmask16 odd = _mm512_cmpeq_epi32_mask(e, _mm512_setzero_si512()) |
+                            _mm512_cmpeq_epi32_mask(e, _mm512_set1_epi32(255));
+      const __m512i eb = _mm512_slli_epi32(e, 23);
+      const __m512 ws = _mm512_castsi512_ps(_mm512_mask_or_epi32(eb, odd, eb, _mm512_set1_epi32(0x00400000)));
+      const __m512 s = _mm512_mul_ps(ws, dx);
+      accm[r] = _mm512_fmadd_ps(ws, sx, accm[r]);
+      const __m512i c[2] = {_mm512_permutex2var_epi8(A, i0, B), _mm512_permutex2var_epi8(C, i1, D)};
+      for (int h = 0; h < 2; ++h) {
+        const __m512i ulo = _mm512_permutexvar_epi8(c[h], book);
+        const __m512i uhi = _mm512_permutexvar_epi8(_mm512_srli_epi16(c[h], 4), book);
+        const __m512i dlo = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ulo, _mm512_loadu_si512(q + 128 * h));
+        const __m512i dhi = _mm512_dpbusd_epi32(_mm512_setzero_si512(), uhi, _mm512_loadu_si512(q + 128 * h + 64));
+        acc[r][0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dlo), _mm512_permutexvar_ps(lanes[2 * h], s), acc[r][0]);
+        acc[r][1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dhi), _mm512_permutexvar_ps(lanes[2 * h + 1], s), acc[r][1]);
+      }
+    }
+  }
+  // d = 2^(e-127) / 2 (codes are doubled e2m1), m = -12 d
+  for (int r = 0; r < NR; ++r)
+    out[r] = 0.5f * (_mm512_reduce_add_ps(_mm512_add_ps(acc[r][0], acc[r][1])) -
+                     12.f * _mm512_reduce_add_ps(accm[r]));
 }
 
 }  // namespace
@@ -282,8 +375,8 @@ void gemv_nvfp4_vbmi(const QActs& x, int64_t k, const uint8_t* w, size_t row_byt
     float out[2];
     nvfp4_rows<2>(rows, nsb, x, out, w + r1 * row_bytes);
     if (has_tail) {
-      out[0] += nvfp4_tail(rows[0], k, x);
-      out[1] += nvfp4_tail(rows[1], k, x);
+      out[0] += block_tail<quant::NVFP4>(rows[0], k, x);
+      out[1] += block_tail<quant::NVFP4>(rows[1], k, x);
     }
     y[r0 + i] = post * out[0];
     y[r0 + half + i] = post * out[1];
@@ -292,8 +385,38 @@ void gemv_nvfp4_vbmi(const QActs& x, int64_t k, const uint8_t* w, size_t row_byt
     const uint8_t* row = w + (r1 - 1) * row_bytes;
     float out;
     nvfp4_rows<1>(&row, nsb, x, &out, w + r1 * row_bytes);
-    if (has_tail) out += nvfp4_tail(row, k, x);
+    if (has_tail) out += block_tail<quant::NVFP4>(row, k, x);
     y[r1 - 1] = post * out;
+  }
+}
+
+}  // namespace ft::cpu
+
+namespace ft::cpu {
+
+void gemv_mxfp4_vbmi(const QActs& x, int64_t k, const uint8_t* w, size_t row_bytes, int64_t r0,
+                     int64_t r1, float post, float* y) {
+  const int64_t nsb = k / 256;
+  thread_local std::vector<int8_t> qp;
+  if (qp.size() < static_cast<size_t>(256 * nsb)) qp.resize(256 * nsb);
+  mx_acts(x.q, 2 * nsb, qp.data());
+  const bool has_tail = k % 256 != 0;
+  constexpr int NR = 4;
+  const int64_t part = (r1 - r0) / NR;
+  const uint8_t* end = w + r1 * row_bytes;
+  for (int64_t i = 0; i < part; ++i) {
+    const uint8_t* rows[NR];
+    for (int j = 0; j < NR; ++j) rows[j] = w + (r0 + j * part + i) * row_bytes;
+    float out[NR];
+    mxfp4_rows<NR>(rows, nsb, x, qp.data(), out, end);
+    for (int j = 0; j < NR; ++j)
+      y[r0 + j * part + i] = post * (out[j] + (has_tail ? block_tail<quant::MXFP4>(rows[j], k, x) : 0.f));
+  }
+  for (int64_t r = r0 + NR * part; r < r1; ++r) {
+    const uint8_t* row = w + r * row_bytes;
+    float out;
+    mxfp4_rows<1>(&row, nsb, x, qp.data(), &out, end);
+    y[r] = post * (out + (has_tail ? block_tail<quant::MXFP4>(row, k, x) : 0.f));
   }
 }
 

@@ -22,6 +22,9 @@ void gemv_fp8_vbmi(const float* x, int64_t k, const uint8_t* w, const float* sca
 // y[r] = post * dot(x, NVFP4 row r) over whole 256-element super-blocks and a block tail.
 void gemv_nvfp4_vbmi(const QActs& x, int64_t k, const uint8_t* w, size_t row_bytes, int64_t r0,
                      int64_t r1, float post, float* y);
+// The same for MXFP4 (activations permuted per call to the kernel's element order).
+void gemv_mxfp4_vbmi(const QActs& x, int64_t k, const uint8_t* w, size_t row_bytes, int64_t r0,
+                     int64_t r1, float post, float* y);
 // y[r] = dot(x, row r) over whole 256-element blocks (Q2_K / Q3_K rows are whole blocks).
 void gemv_q2k_512(const QActs& x, int64_t k, const uint8_t* w, size_t row_bytes, int64_t r0,
                   int64_t r1, float* y);
