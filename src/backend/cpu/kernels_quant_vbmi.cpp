@@ -369,24 +369,22 @@ void gemv_nvfp4_vbmi(const QActs& x, int64_t k, const uint8_t* w, size_t row_byt
                      int64_t r1, float post, float* y) {
   const int64_t nsb = k / 256;
   const bool has_tail = k % 256 != 0;
-  const int64_t half = (r1 - r0) / 2;
-  for (int64_t i = 0; i < half; ++i) {
-    const uint8_t* rows[2] = {w + (r0 + i) * row_bytes, w + (r0 + half + i) * row_bytes};
-    float out[2];
-    nvfp4_rows<2>(rows, nsb, x, out, w + r1 * row_bytes);
-    if (has_tail) {
-      out[0] += block_tail<quant::NVFP4>(rows[0], k, x);
-      out[1] += block_tail<quant::NVFP4>(rows[1], k, x);
-    }
-    y[r0 + i] = post * out[0];
-    y[r0 + half + i] = post * out[1];
+  constexpr int NR = 4;
+  const int64_t part = (r1 - r0) / NR;
+  const uint8_t* end = w + r1 * row_bytes;
+  for (int64_t i = 0; i < part; ++i) {
+    const uint8_t* rows[NR];
+    for (int j = 0; j < NR; ++j) rows[j] = w + (r0 + j * part + i) * row_bytes;
+    float out[NR];
+    nvfp4_rows<NR>(rows, nsb, x, out, end);
+    for (int j = 0; j < NR; ++j)
+      y[r0 + j * part + i] = post * (out[j] + (has_tail ? block_tail<quant::NVFP4>(rows[j], k, x) : 0.f));
   }
-  if ((r1 - r0) % 2) {
-    const uint8_t* row = w + (r1 - 1) * row_bytes;
+  for (int64_t r = r0 + NR * part; r < r1; ++r) {
+    const uint8_t* row = w + r * row_bytes;
     float out;
-    nvfp4_rows<1>(&row, nsb, x, &out, w + r1 * row_bytes);
-    if (has_tail) out += block_tail<quant::NVFP4>(row, k, x);
-    y[r1 - 1] = post * out;
+    nvfp4_rows<1>(&row, nsb, x, &out, end);
+    y[r] = post * (out + (has_tail ? block_tail<quant::NVFP4>(row, k, x) : 0.f));
   }
 }
 
