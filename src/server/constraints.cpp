@@ -12,6 +12,8 @@ namespace {
 constexpr std::string_view kJsonCloser = "}\n</tool_call>";
 constexpr std::string_view kXmlCloser = "</function>\n</tool_call>";
 constexpr std::string_view kParamTerm = "\n</parameter>\n";
+constexpr std::string_view kHarmonyOpen = "<|channel|>commentary to=functions.",
+                           kHarmonyArgs = " <|constrain|>json<|message|>";
 
 const nlohmann::json* tool_properties(const nlohmann::json& tools, const std::string& name) {
   if (!tools.is_array()) return nullptr;
@@ -52,6 +54,10 @@ ToolCallGrammar::ToolCallGrammar(const ToolCallSpec& spec) {
   const bool xml = spec.format == ToolFormat::QWEN3_XML;
   std::vector<std::pair<std::string, std::string>> openers;  // (text, name)
   for (const auto& name : spec.names) {
+    if (spec.format == ToolFormat::HARMONY) {
+      openers.emplace_back(std::string(kHarmonyOpen) + name + std::string(kHarmonyArgs), name);
+      continue;
+    }
     std::string o = spec.close_reasoning ? "</think>\n\n<tool_call>\n" : "<tool_call>\n";
     o += xml ? "<function=" + name + ">\n"
              : "{\"name\": " + nlohmann::json(name).dump() + ", \"arguments\": ";
@@ -125,7 +131,9 @@ bool ToolCallGrammar::feed(unsigned char c) {
       if (ws && (ws_ || !json_.started())) return false;
       if (!json_.feed(c)) return false;
       ws_ = ws;
-      if (json_.ended()) {
+      if (json_.ended() && g_->format == ToolFormat::HARMONY) {
+        phase_ = Phase::END;  // the caller's stop token (<|call|>) closes the message
+      } else if (json_.ended()) {
         phase_ = Phase::CLOSE;
         lit_start(&g_->closer);
       }
@@ -180,11 +188,12 @@ std::string ToolCallGrammar::forced() const {
 
 std::string ToolCallGrammar::completion() const {
   const bool xml = g_->format == ToolFormat::QWEN3_XML;
+  const std::string closer = g_->format == ToolFormat::HARMONY ? "" : std::string(kJsonCloser);
   const std::string rest = phase_ == Phase::OPEN || phase_ == Phase::ITEM || phase_ == Phase::CLOSE
                                ? lit_->alts[lo_].substr(pos_) : "";
   switch (phase_) {
-    case Phase::OPEN: return rest + (xml ? std::string(kXmlCloser) : "{}" + std::string(kJsonCloser));
-    case Phase::ARGS: return json_.completion() + std::string(kJsonCloser);
+    case Phase::OPEN: return rest + (xml ? std::string(kXmlCloser) : "{}" + closer);
+    case Phase::ARGS: return json_.completion() + closer;
     case Phase::CLOSE: return rest;
     case Phase::ITEM:
       for (uint32_t i = lo_; i < hi_; ++i)
@@ -206,7 +215,7 @@ class ToolCallConstraint final : public LogitsProcessor {
   ToolCallConstraint(const Tokenizer& tok, const ToolCallSpec& spec, std::vector<int32_t> eos,
                      int64_t max_tokens)
       : tok_(tok), table_(token_table(tok)), g_(spec), eos_(std::move(eos)),
-        max_tokens_(max_tokens) {}
+        max_tokens_(max_tokens), harmony_(spec.format == ToolFormat::HARMONY) {}
 
   void process(std::span<float> logits, std::span<const int32_t> generated) override {
     for (; consumed_ < generated.size(); ++consumed_) {
@@ -249,9 +258,10 @@ class ToolCallConstraint final : public LogitsProcessor {
   }
 
  private:
+  // Special tokens never, except Harmony's in its fixed text (<|channel|>, <|message|>, …).
   bool usable(int32_t id) const {
-    return id >= 0 && static_cast<size_t>(id) < table_.bytes.size() && !table_.special[id] &&
-           !table_.bytes[id].empty();
+    return id >= 0 && static_cast<size_t>(id) < table_.bytes.size() &&
+           (!table_.special[id] || (harmony_ && g_.in_literal())) && !table_.bytes[id].empty();
   }
   bool allows(int32_t id) const {
     if (!usable(id)) return false;
@@ -285,6 +295,7 @@ class ToolCallConstraint final : public LogitsProcessor {
   std::vector<int32_t> eos_;
   int64_t max_tokens_;
   size_t consumed_ = 0;
+  bool harmony_;
   bool broken_ = false;
   std::vector<int32_t> order_, allowed_;  // scratch
 };

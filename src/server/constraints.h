@@ -34,14 +34,21 @@ struct ToolCallSpec {
 // it). JSON form: `<tool_call>\n{"name": "N", "arguments": ` JSON-object `}\n</tool_call>`.
 // XML form: `<tool_call>\n<function=N>\n` (`<parameter=P>\n` value `\n</parameter>\n`)*
 // `</function>\n</tool_call>`, P from the tool's schema; values may not contain '<' except to
-// start their closing tag. Outside strings, JSON whitespace is single and never leads (a
-// weak model would otherwise pad with spaces until its budget runs out).
+// start their closing tag. Harmony form (gpt-oss): `<|channel|>commentary to=functions.N
+// <|constrain|>json<|message|>` JSON-object, ended by the caller's stop token (<|call|>); its
+// special tokens are literal text here, which the processor lets special-token ids spell.
+// Outside strings, JSON whitespace is single and never leads (a weak model would otherwise pad
+// with spaces until its budget runs out).
 class ToolCallGrammar {
  public:
   explicit ToolCallGrammar(const ToolCallSpec& spec);
   bool feed(unsigned char c);      // false: c is not allowed (state unchanged)
   bool feed(std::string_view s);   // false at the first refused byte (state then undefined)
   bool at_end() const { return phase_ == Phase::END; }
+  // In fixed text (a tag or literal), where Harmony's special tokens may be spelled.
+  bool in_literal() const {
+    return phase_ == Phase::OPEN || phase_ == Phase::ITEM || phase_ == Phase::CLOSE;
+  }
   std::string completion() const;  // text that ends the call from here
   std::string forced() const;      // text every continuation must start with (may be empty)
 

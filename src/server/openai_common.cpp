@@ -316,6 +316,14 @@ ChatJob prepare_chat(const ServerContext& ctx, ojson chat, const ToolChoice& cho
   job.reasoning_open = job.parsers.reasoning && prompt_opens_reasoning(prompt);
   job.req = std::make_shared<Request>();
   job.req->prompt = ctx.engine.tokenizer().encode(prompt, false);
+  if (job.parsers.tools == ToolFormat::HARMONY) {
+    // The parser reads the channel markup, so special tokens stay in the text; a message ends
+    // the turn with <|return|> (final) or <|call|> (a tool call) whatever the eos config says.
+    job.req->skip_special = false;
+    for (const char* t : {"<|return|>", "<|call|>"})
+      if (const int32_t id = ctx.engine.tokenizer().token_id(t); id >= 0)
+        job.req->stop_ids.push_back(id);
+  }
   return job;
 }
 
@@ -331,14 +339,20 @@ void constrain_tools(const ServerContext& ctx, ChatJob& job) {
   } else {
     for (const auto& t : job.tools) spec.names.push_back(t["function"]["name"].get<std::string>());
   }
-  job.req->processor = make_tool_call_constraint(ctx.engine.tokenizer(), spec,
-                                                 ctx.engine.eos_ids(), job.req->max_tokens);
+  std::vector<int32_t> eos = ctx.engine.eos_ids();
+  if (const int32_t call = ctx.engine.tokenizer().token_id("<|call|>");
+      spec.format == ToolFormat::HARMONY && call >= 0)
+    eos = {call};  // a Harmony call ends with <|call|>
+  job.req->processor =
+      make_tool_call_constraint(ctx.engine.tokenizer(), spec, std::move(eos), job.req->max_tokens);
 }
 
 ChatOutput::ChatOutput(const ChatJob& job, bool stream) {
   if (job.parsers.reasoning) reasoning_ = std::make_unique<ReasoningParser>(job.reasoning_open);
   if (job.choice.mode != ToolChoice::Mode::NONE && !job.tools.empty())
     tools_ = make_tool_parser(job.parsers.tools, json::parse(job.tools.dump()), stream);
+  else if (job.parsers.tools == ToolFormat::HARMONY)  // reasoning and content, no calls
+    tools_ = make_tool_parser(ToolFormat::HARMONY, json::array(), stream);
 }
 
 ChatDelta ChatOutput::feed(std::string_view text) {
@@ -354,6 +368,7 @@ ChatDelta ChatOutput::feed(std::string_view text) {
     return d;
   }
   ToolParseResult t = tools_->feed(content);
+  d.reasoning += t.reasoning;
   d.content = std::move(t.content);
   d.calls = std::move(t.calls);
   return d;
@@ -372,6 +387,7 @@ ChatDelta ChatOutput::finish() {
     return d;
   }
   ToolParseResult a = tools_->feed(content), b = tools_->finish();
+  d.reasoning += a.reasoning + b.reasoning;
   d.content = a.content + b.content;
   d.calls = std::move(a.calls);
   for (auto& c : b.calls) d.calls.push_back(std::move(c));

@@ -178,3 +178,30 @@ TEST(ToolCallConstraint, ForcesParseableCallsFromRandomWeights) {
   EXPECT_EQ(xml[0].name, "get_weather");
   EXPECT_TRUE(json::accept(xml[0].arguments)) << xml[0].arguments;
 }
+
+TEST(ToolCallGrammar, HarmonyFormCompletesFromEveryPrefix) {
+  ToolCallSpec spec;
+  spec.format = ToolFormat::HARMONY;
+  spec.names = {"get_weather", "get_time"};
+  const std::string call =
+      "<|channel|>commentary to=functions.get_time <|constrain|>json<|message|>{\"tz\": \"UTC\"}";
+  ToolCallGrammar g(spec);
+  EXPECT_EQ(g.forced(), "<|channel|>commentary to=functions.get_");
+  for (size_t i = 0; i < call.size(); ++i) {
+    ASSERT_FALSE(g.at_end());
+    ASSERT_TRUE(g.feed(static_cast<unsigned char>(call[i]))) << call.substr(0, i + 1);
+    ToolCallGrammar c = g;
+    ASSERT_TRUE(c.feed(c.completion()) && c.at_end()) << call.substr(0, i + 1);
+    // What the constraint could end on parses as one call (the <|call|> stop token is not text).
+    auto p = make_tool_parser(ToolFormat::HARMONY, kTools, i % 2 == 0);
+    ToolParseResult r = p->feed(call.substr(0, i + 1) + g.completion()), f = p->finish();
+    r.calls.insert(r.calls.end(), f.calls.begin(), f.calls.end());
+    ASSERT_EQ(r.content + f.content, "");
+    ASSERT_FALSE(r.calls.empty());
+    EXPECT_EQ(r.calls[0].name, "get_time");  // completions take the first (sorted) name
+  }
+  EXPECT_TRUE(g.at_end());
+  EXPECT_FALSE(g.in_literal());
+  ToolCallGrammar bad(spec);
+  EXPECT_FALSE(bad.feed("<|channel|>analysis"));
+}

@@ -1,5 +1,6 @@
-// Output parsers: reasoning split, Qwen3 JSON and XML tool calls, fed with every split of the
-// text (tags spanning deltas), streamed and whole, with malformed blocks falling back to content.
+// Output parsers: reasoning split, Qwen3 JSON and XML tool calls, Harmony (gpt-oss) channels,
+// fed with every split of the text (tags spanning deltas), streamed and whole, with malformed
+// blocks falling back to content.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -26,6 +27,7 @@ Parsed run(const std::string& text, const std::vector<size_t>& cuts, bool reason
   auto tp = make_tool_parser(fmt, tools, stream);
   auto take_tools = [&](const ToolParseResult& r) {
     out.content += r.content;
+    out.reasoning += r.reasoning;
     for (const auto& c : r.calls) {
       if (c.index == static_cast<int>(out.calls.size())) {
         EXPECT_FALSE(c.name.empty()) << "the first delta of a call carries its name";
@@ -237,4 +239,148 @@ TEST(Qwen3XmlToolParser, TypedValue) {
   EXPECT_EQ(Qwen3XmlToolParser::typed_value(&b, "false"), false);
   EXPECT_EQ(Qwen3XmlToolParser::typed_value(&b, "maybe"), "maybe");
   EXPECT_EQ(Qwen3XmlToolParser::typed_value(nullptr, "12"), "12");
+}
+
+// ---- Harmony (gpt-oss) ----------------------------------------------------------------------
+
+namespace {
+Parsed harmony(const std::string& text, const std::vector<size_t>& cuts, bool stream,
+               const json& tools = kTools) {
+  return run(text, cuts, false, false, ToolFormat::HARMONY, stream, tools);
+}
+bool has_markup(const Parsed& p) {
+  auto bad = [](const std::string& s) { return s.find("<|") != std::string::npos; };
+  bool b = bad(p.content) || bad(p.reasoning);
+  for (const auto& c : p.calls) b = b || bad(c.first) || bad(c.second);
+  return b;
+}
+}  // namespace
+
+TEST(HarmonyParser, AnalysisThenFinalAtEveryBoundary) {
+  // As generated after `<|start|>assistant`; <|return|> is a stop token, so the text ends
+  // without it (and with it, when a caller keeps it).
+  const std::string base =
+      "<|channel|>analysis<|message|>User says hi. Reply <b>briefly</b>.<|end|>"
+      "<|start|>assistant<|channel|>final<|message|>Hello! How can I help?";
+  for (const std::string& text : {base, base + "<|return|>"})
+    for (bool stream : {true, false})
+      for (const json& tools : {kTools, json::array()})
+        for (const auto& cuts : all_splits(text.size())) {
+          Parsed p = harmony(text, cuts, stream, tools);
+          ASSERT_EQ(p.reasoning, "User says hi. Reply <b>briefly</b>.");
+          ASSERT_EQ(p.content, "Hello! How can I help?");
+          ASSERT_TRUE(p.calls.empty());
+        }
+}
+
+TEST(HarmonyParser, ToolCallsAtEveryBoundary) {
+  // Recipient after the channel with <|constrain|>, then before the channel with a bare content
+  // type; a commentary preamble (no recipient) is content; the last call ends the output.
+  const std::string text =
+      "<|channel|>analysis<|message|>Need weather and time.<|end|>"
+      "<|start|>assistant<|channel|>commentary<|message|>Checking both.<|end|>"
+      "<|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json"
+      "<|message|>{\"city\": \"Paris\", \"q\": \"a\\\"} <|x\", \"days\": [1, 2.5e1]}<|call|>"
+      "<|start|>assistant to=functions.get_time<|channel|>commentary json<|message|>{}";
+  for (bool stream : {true, false})
+    for (const auto& cuts : all_splits(text.size())) {
+      Parsed p = harmony(text, cuts, stream);
+      ASSERT_EQ(p.reasoning, "Need weather and time.");
+      ASSERT_EQ(p.content, "Checking both.");
+      ASSERT_EQ(p.calls.size(), 2u);
+      EXPECT_EQ(p.calls[0].first, "get_weather");
+      expect_json_eq(p.calls[0].second, {{"city", "Paris"}, {"q", "a\"} <|x"},
+                                         {"days", {1, 25.0}}});
+      EXPECT_EQ(p.calls[1].first, "get_time");
+      expect_json_eq(p.calls[1].second, json::object());
+    }
+}
+
+TEST(HarmonyParser, RecipientFirstRightAfterThePrompt) {
+  // The generation prompt ends `<|start|>assistant`, so the output may open with the recipient.
+  const std::string text =
+      " to=functions.get_weather<|channel|>commentary <|constrain|>json<|message|>"
+      "{\"city\":\"Oslo\"}";
+  for (bool stream : {true, false})
+    for (const auto& cuts : all_splits(text.size())) {
+      Parsed p = harmony(text, cuts, stream);
+      ASSERT_EQ(p.content, "");
+      ASSERT_EQ(p.calls.size(), 1u);
+      EXPECT_EQ(p.calls[0].first, "get_weather");
+      expect_json_eq(p.calls[0].second, {{"city", "Oslo"}});
+    }
+}
+
+TEST(HarmonyParser, SeveralMessagesOfAKindAreSeparated) {
+  const std::string text =
+      "<|channel|>analysis<|message|>one<|end|><|start|>assistant to=browser.search"
+      "<|channel|>analysis<|message|>{\"query\": \"x\"}<|call|><|start|>assistant<|channel|>"
+      "analysis<|message|>two<|end|><|start|>assistant<|channel|>final<|message|>A<|end|>"
+      "<|start|>assistant<|channel|>final<|message|>B";
+  for (bool stream : {true, false})
+    for (const auto& cuts : all_splits(text.size())) {
+      Parsed p = harmony(text, cuts, stream);
+      // A built-in tool's call (browser) is the model's own business: reasoning.
+      ASSERT_EQ(p.reasoning, "one\n\n{\"query\": \"x\"}\n\ntwo");
+      ASSERT_EQ(p.content, "A\n\nB");
+      ASSERT_TRUE(p.calls.empty());
+    }
+}
+
+TEST(HarmonyParser, MalformedOutputIsContentWithoutMarkup) {
+  // No Harmony at all: content verbatim (also text that merely starts like a tag).
+  for (std::string text : {"Hello world", "<b>bold</b> and to be", "t", "<|"})
+    for (bool stream : {true, false})
+      for (const auto& cuts : all_splits(text.size())) {
+        Parsed p = harmony(text, cuts, stream);
+        ASSERT_EQ(p.content, text);
+        ASSERT_EQ(p.reasoning, "");
+        ASSERT_TRUE(p.calls.empty());
+      }
+  // Arguments that are not a JSON object: the whole call falls back to content.
+  for (std::string args : {"not json", "[1, 2]", "{\"a\": }", ""}) {
+    const std::string text = "<|channel|>commentary to=functions.get_time <|constrain|>json"
+                             "<|message|>" + args + "<|call|>";
+    for (const auto& cuts : all_splits(text.size())) {
+      Parsed p = harmony(text, cuts, false);
+      ASSERT_TRUE(p.calls.empty()) << args;
+      ASSERT_EQ(p.content, args);
+    }
+  }
+  // Streamed: arguments stop at the first bad byte and are closed to valid JSON.
+  const std::string text =
+      "<|channel|>commentary to=functions.f<|message|>{\"a\": [1, tru}<|call|>";
+  for (const auto& cuts : all_splits(text.size())) {
+    Parsed p = harmony(text, cuts, true);
+    ASSERT_EQ(p.calls.size(), 1u);
+    ASSERT_TRUE(json::accept(p.calls[0].second)) << p.calls[0].second;
+    ASSERT_EQ(p.content, "");
+  }
+  // A header cut off by the end of the output is dropped; a header that never reaches
+  // <|message|> within 256 bytes is content, without its special tokens.
+  EXPECT_EQ(harmony("<|channel|>analysis<|message|>x<|end|><|start|>assistant<|chan", {9}, true)
+                .reasoning, "x");
+  EXPECT_EQ(harmony("<|channel|>final", {3}, true).content, "");
+  const std::string rambling = "<|channel|>" + std::string(300, 'z') + "<|end|>";
+  Parsed p = harmony(rambling, {11, 200}, true);
+  EXPECT_EQ(p.content, std::string(300, 'z'));
+  // Tools not offered (tool_choice none): a call's text is content.
+  p = harmony("<|channel|>commentary to=functions.f <|constrain|>json<|message|>{\"a\":1}<|call|>",
+              {20, 60}, true, json::array());
+  EXPECT_TRUE(p.calls.empty());
+  EXPECT_EQ(p.content, "{\"a\":1}");
+}
+
+TEST(HarmonyParser, NoMarkupLeaks) {
+  const std::string text =
+      "<|channel|>analysis<|message|>a<|end|><|start|>assistant<|channel|>commentary "
+      "to=functions.get_time <|constrain|>json<|message|>{}<|call|><|start|>assistant"
+      "<|channel|>final<|message|>b<|return|>";
+  for (bool stream : {true, false})
+    for (const auto& cuts : all_splits(text.size())) {
+      Parsed p = harmony(text, cuts, stream);
+      ASSERT_FALSE(has_markup(p));
+      ASSERT_EQ(p.reasoning + "|" + p.content, "a|b");
+      ASSERT_EQ(p.calls.size(), 1u);
+    }
 }

@@ -23,6 +23,7 @@ struct ToolCallDelta {
 
 struct ToolParseResult {
   std::string content;  // plain text (outside tool calls)
+  std::string reasoning;  // formats that carry reasoning themselves (Harmony's analysis)
   std::vector<ToolCallDelta> calls;
 };
 
@@ -44,6 +45,8 @@ enum class ToolFormat {
   NONE,        // the model has no tool-call syntax we know
   QWEN3_JSON,  // <tool_call>\n{"name": …, "arguments": …}\n</tool_call>   (Qwen3, Hermes)
   QWEN3_XML,   // <tool_call>\n<function=NAME>\n<parameter=P>\nv\n</parameter>\n</function>\n</tool_call>
+  HARMONY,     // gpt-oss: <|channel|>commentary to=functions.NAME <|constrain|>json<|message|>{…}
+               // (the parser also splits reasoning and content: see harmony.h)
 };
 
 struct ParserChoice {
@@ -51,7 +54,8 @@ struct ParserChoice {
   ToolFormat tools = ToolFormat::NONE;
 };
 
-// The model's formats: reasoning when the vocabulary has <think> and </think>; tool calls when
+// The model's formats: Harmony (gpt-oss) when the vocabulary has <|start|>, <|channel|>,
+// <|message|> and <|end|> (its parser then does reasoning and content too). Otherwise reasoning when the vocabulary has <think> and </think>; tool calls when
 // it has <tool_call> and there is a chat template, in the XML form when the template mentions
 // "<function=" (Qwen3.5/3.6, Qwen3-Coder), else the JSON form.
 ParserChoice select_parsers(const ServerContext& ctx);
@@ -64,6 +68,7 @@ bool prompt_opens_reasoning(std::string_view prompt);
 // the XML parser types parameter values from it. stream_arguments: hand out argument text as it
 // arrives (streaming responses); otherwise each call is released whole when it closes, and a
 // call whose arguments turn out malformed falls back to content entirely.
+// HARMONY parses calls only when `tools` is a non-empty list (else their text is content).
 std::unique_ptr<ToolCallParser> make_tool_parser(ToolFormat format, const nlohmann::json& tools,
                                                  bool stream_arguments);
 

@@ -1,5 +1,6 @@
 // Parser selection by model, and helpers shared by the parsers.
 #include "server/parsers/parsers.h"
+#include "server/parsers/harmony.h"
 #include "server/parsers/qwen3_tool.h"
 #include "server/parsers/qwen3_xml_tool.h"
 #include "server/server.h"
@@ -16,6 +17,11 @@ size_t partial_tag_len(std::string_view text, std::string_view tag) {
 ParserChoice select_parsers(const ServerContext& ctx) {
   const Tokenizer& tok = ctx.engine.tokenizer();
   ParserChoice c;
+  if (tok.token_id("<|start|>") >= 0 && tok.token_id("<|channel|>") >= 0 &&
+      tok.token_id("<|message|>") >= 0 && tok.token_id("<|end|>") >= 0) {
+    c.tools = ToolFormat::HARMONY;
+    return c;
+  }
   c.reasoning = tok.token_id("<think>") >= 0 && tok.token_id("</think>") >= 0;
   if (ctx.chat_template && tok.token_id("<tool_call>") >= 0)
     c.tools = ctx.chat_template->source().find("<function=") != std::string::npos
@@ -37,6 +43,8 @@ std::unique_ptr<ToolCallParser> make_tool_parser(ToolFormat format, const nlohma
     case ToolFormat::QWEN3_JSON: return std::make_unique<Qwen3ToolParser>(stream_arguments);
     case ToolFormat::QWEN3_XML:
       return std::make_unique<Qwen3XmlToolParser>(tools, stream_arguments);
+    case ToolFormat::HARMONY:
+      return std::make_unique<HarmonyParser>(tools.is_array() && !tools.empty(), stream_arguments);
     case ToolFormat::NONE: break;
   }
   return nullptr;
