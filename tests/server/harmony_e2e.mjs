@@ -143,8 +143,12 @@ test('forced tool_choice (no script: the random model under the Harmony constrai
   for (const [tool_choice, name] of [['required', null], [{ type: 'function', function: { name: 'get_time' } }, 'get_time']]) {
     const r = await client.chat.completions.create({ model: MODEL, messages: [{ role: 'user', content: 'Weather?' }],
                                                      tools: [WEATHER, TIME], tool_choice, max_tokens: 48,
-                                                     temperature: 1, seed: 3 });
+                                                     temperature: 1, seed: 3, logprobs: true });
     const c = r.choices[0];
+    // The header is written with Harmony's special-token ids, as the model was trained on.
+    const toks = c.logprobs.content.map((t) => t.token);
+    assert.equal(toks[0], '<|channel|>', JSON.stringify(toks));
+    assert.ok(toks.includes('<|constrain|>') && toks.includes('<|message|>'), JSON.stringify(toks));
     assert.equal(c.finish_reason, 'tool_calls', JSON.stringify(c));
     assert.equal(c.message.tool_calls.length, 1);
     if (name) assert.equal(c.message.tool_calls[0].function.name, name);
