@@ -289,8 +289,8 @@ TEST(HarmonyParser, ToolCallsAtEveryBoundary) {
       ASSERT_EQ(p.content, "Checking both.");
       ASSERT_EQ(p.calls.size(), 2u);
       EXPECT_EQ(p.calls[0].first, "get_weather");
-      expect_json_eq(p.calls[0].second, {{"city", "Paris"}, {"q", "a\"} <|x"},
-                                         {"days", {1, 25.0}}});
+      expect_json_eq(p.calls[0].second,
+                     {{"city", "Paris"}, {"q", "a\"} <|x"}, {"days", {1, 25.0}}});
       EXPECT_EQ(p.calls[1].first, "get_time");
       expect_json_eq(p.calls[1].second, json::object());
     }
@@ -339,8 +339,8 @@ TEST(HarmonyParser, MalformedOutputIsContentWithoutMarkup) {
       }
   // Arguments that are not a JSON object: the whole call falls back to content.
   for (std::string args : {"not json", "[1, 2]", "{\"a\": }", ""}) {
-    const std::string text = "<|channel|>commentary to=functions.get_time <|constrain|>json"
-                             "<|message|>" + args + "<|call|>";
+    const std::string text = std::string("<|channel|>commentary to=functions.get_time ") +
+                             "<|constrain|>json<|message|>" + args + "<|call|>";
     for (const auto& cuts : all_splits(text.size())) {
       Parsed p = harmony(text, cuts, false);
       ASSERT_TRUE(p.calls.empty()) << args;
@@ -358,8 +358,9 @@ TEST(HarmonyParser, MalformedOutputIsContentWithoutMarkup) {
   }
   // A header cut off by the end of the output is dropped; a header that never reaches
   // <|message|> within 256 bytes is content, without its special tokens.
-  EXPECT_EQ(harmony("<|channel|>analysis<|message|>x<|end|><|start|>assistant<|chan", {9}, true)
-                .reasoning, "x");
+  Parsed cut = harmony("<|channel|>analysis<|message|>x<|end|><|start|>assistant<|chan", {9}, true);
+  EXPECT_EQ(cut.reasoning, "x");
+  EXPECT_EQ(cut.content, "");
   EXPECT_EQ(harmony("<|channel|>final", {3}, true).content, "");
   const std::string rambling = "<|channel|>" + std::string(300, 'z') + "<|end|>";
   Parsed p = harmony(rambling, {11, 200}, true);
