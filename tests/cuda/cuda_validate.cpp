@@ -1,7 +1,9 @@
 // Standalone CUDA validation without gtest (for GPU machines that lack it): runs every check in
 // cuda_checks.h, prints PASS/FAIL per check, then decode tokens/s per fixture.
 // Usage: cuda_validate [fixtures_dir] [decode_tokens (0: no timing)] [name filter].
-// Exit status 0 when every check run passed.
+// The filter: alternatives separated by '|', each a substring of the name, or with a leading
+// '=' the whole name (e.g. "quant_gemv|=mixed_nvfp4_experts"). Exit status 0 when every check
+// run passed.
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -9,6 +11,18 @@
 
 #include "backend/cuda/cuda_ops.h"
 #include "cuda_checks.h"
+
+static bool selected(const std::string& name, const std::string& filter) {
+  for (size_t at = 0;;) {
+    const size_t bar = filter.find('|', at);
+    const std::string alt = filter.substr(at, bar == std::string::npos ? bar : bar - at);
+    if (alt.empty() ? filter.empty()
+                    : alt[0] == '=' ? name == alt.substr(1) : name.find(alt) != std::string::npos)
+      return true;
+    if (bar == std::string::npos) return false;
+    at = bar + 1;
+  }
+}
 
 int main(int argc, char** argv) {
   using namespace ft::cuda_checks;
@@ -30,7 +44,7 @@ int main(int argc, char** argv) {
   for (auto& c : mixed_checks(fixtures)) checks.push_back(c);
   for (auto& c : attention_checks()) checks.push_back(c);
   for (const Check& c : checks) {
-    if (c.name.find(filter) == std::string::npos) continue;
+    if (!selected(c.name, filter)) continue;
     const auto t0 = std::chrono::steady_clock::now();
     std::string err;
     try {

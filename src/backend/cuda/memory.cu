@@ -1,4 +1,5 @@
 // Device memory: the owning buffer and synchronous/asynchronous copies.
+#include <cstdlib>
 #include <utility>
 
 #include "backend/cuda/common.cuh"
@@ -21,6 +22,14 @@ DeviceBuffer::DeviceBuffer(size_t bytes) : bytes_(bytes) {
                                   bytes / 1048576.0, free_b / 1048576.0));
   }
   CUDA_CHECK(err);
+  // FT_CUDA_POISON=0xNN (debugging): every new buffer filled with the byte NN instead of what
+  // the allocator hands back (fresh pages are zero, reused ones hold an earlier owner's data),
+  // so a read of memory no kernel wrote shows in a run of one check too.
+  static const int poison = [] {
+    const char* e = std::getenv("FT_CUDA_POISON");
+    return e && *e ? static_cast<int>(std::strtol(e, nullptr, 0) & 0xff) : -1;
+  }();
+  if (poison >= 0) CUDA_CHECK(cudaMemset(data_, poison, bytes));
 }
 
 DeviceBuffer::~DeviceBuffer() {

@@ -18,6 +18,7 @@ namespace ft::cuda {
 namespace {
 struct DequantArgs {
   const uint8_t* w;
+  const uint8_t* end;  // the matrix's last byte + 1
   size_t row_bytes;
   int64_t r0, m, cols;  // rows [r0, r0 + m)
   const float* scale_inv;
@@ -27,7 +28,9 @@ struct DequantArgs {
 };
 
 // ---- kernels
-// One thread per 16-element group of the panel.
+// One thread per 16-element group of the panel. The traits' ld32 / ld128 read the aligned words
+// around a field, up to 4 bytes past the block: the matrix's last blocks decode from a copy
+// (an allocation may end right after them; the GEMVs stage rows in padded shared memory).
 template <class F>
 __global__ void dequant_kernel(const __grid_constant__ DequantArgs a) {
   using Block = typename F::Block;
@@ -37,8 +40,16 @@ __global__ void dequant_kernel(const __grid_constant__ DequantArgs a) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total;
        i += int64_t{gridDim.x} * blockDim.x) {
     const int64_t r = i / groups_per_row, gc = i % groups_per_row, row = a.r0 + r;
-    const Block& b =
-        *reinterpret_cast<const Block*>(a.w + row * a.row_bytes + (gc / G) * sizeof(Block));
+    const uint8_t* at = a.w + row * a.row_bytes + (gc / G) * sizeof(Block);
+    struct alignas(16) {
+      uint8_t bytes[(sizeof(Block) + 4 + 15) / 16 * 16];
+    } copy;
+    if (a.end - at < static_cast<int64_t>(sizeof(Block)) + 4) {
+      for (int j = 0; j < static_cast<int>(sizeof(copy.bytes)); ++j)
+        copy.bytes[j] = j < static_cast<int>(sizeof(Block)) ? at[j] : 0;
+      at = copy.bytes;
+    }
+    const Block& b = *reinterpret_cast<const Block*>(at);
     float v[16];
     dequant_group(b, static_cast<int>(gc % G), v);
     float s = 1.f;
@@ -65,6 +76,7 @@ void dequant(const DeviceMatrix& w, DequantArgs a) {
            "quant dequant: {} rows of {}", dtype_name(w.dtype), w.cols);
   FT_CHECK(w.dtype != DType::F8_E4M3_B128 || w.scale_inv, "quant dequant: FP8 without scale_inv");
   a.w = static_cast<const uint8_t*>(w.data), a.row_bytes = dtype_row_bytes(w.dtype, w.cols);
+  a.end = a.w + w.rows * a.row_bytes;
   a.cols = w.cols, a.scale_inv = w.scale_inv, a.gscale = w.global_scale;
   const int64_t total = a.m * (w.cols / 16);
   const auto grid = static_cast<unsigned>(std::min<int64_t>((total + 255) / 256, 65535));
