@@ -15,9 +15,7 @@ namespace ft::cpu {
 namespace {
 
 constexpr int k_ahead = 4096;  // prefetch distance per row stream (as quant_fused.h)
-#ifndef FT_KQ_ROWS
-#define FT_KQ_ROWS 4
-#endif
+constexpr int k_rows = 4;  // rows side by side: memory streams sharing each activation load
 
 inline float f16(const uint8_t* p) {
   uint16_t h;
@@ -225,7 +223,7 @@ inline void rows_512(const uint8_t* const* w, int64_t nsb, const QActs& x, float
 template <class F>
 void gemv_512(const QActs& x, int64_t k, const uint8_t* w, size_t row_bytes, int64_t r0,
               int64_t r1, float* y) {
-  constexpr int NR = FT_KQ_ROWS;
+  constexpr int NR = k_rows;
   const int64_t nsb = k / 256, part = (r1 - r0) / NR;
   const uint8_t* end = w + r1 * row_bytes;
   for (int64_t i = 0; i < part; ++i) {

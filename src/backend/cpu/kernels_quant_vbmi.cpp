@@ -31,6 +31,7 @@ namespace {
 
 // Distance ahead (bytes) each row stream prefetches, as in quant_fused.h.
 constexpr int k_ahead = 4096;
+constexpr int k_fp8_rows = 2;  // FP8 rows side by side (4 measured the same here)
 
 // ---- FP8 e4m3 ----------------------------------------------------------------------------------
 // bf16 of every e4m3 magnitude (exact: 3 mantissa bits, exponents 2^-9 .. 2^8 are bf16 normals;
@@ -347,19 +348,19 @@ void gemv_fp8_vbmi(const float* x, int64_t k, const uint8_t* w, const float* sca
     const int64_t b1 = std::min(r1, (b0 / 128 + 1) * 128);
     const float* s = scale_inv + (b0 / 128) * sc;
     fp8_acts(x, s, chunks, buf.data());
-    const int64_t half = (b1 - b0) / 2;
-    for (int64_t i = 0; i < half; ++i) {
-      const uint8_t* rows[2] = {w + (b0 + i) * k, w + (b0 + half + i) * k};
-      float out[2];
-      fp8_rows<2>(rows, chunks, buf.data(), out, w + r1 * k);
-      y[b0 + i] = out[0] + tail(rows[0], s);
-      y[b0 + half + i] = out[1] + tail(rows[1], s);
+    const int64_t part = (b1 - b0) / k_fp8_rows;
+    for (int64_t i = 0; i < part; ++i) {
+      const uint8_t* rows[k_fp8_rows];
+      for (int j = 0; j < k_fp8_rows; ++j) rows[j] = w + (b0 + j * part + i) * k;
+      float out[k_fp8_rows];
+      fp8_rows<k_fp8_rows>(rows, chunks, buf.data(), out, w + r1 * k);
+      for (int j = 0; j < k_fp8_rows; ++j) y[b0 + j * part + i] = out[j] + tail(rows[j], s);
     }
-    if ((b1 - b0) % 2) {
-      const uint8_t* row = w + (b1 - 1) * k;
+    for (int64_t r = b0 + k_fp8_rows * part; r < b1; ++r) {
+      const uint8_t* row = w + r * k;
       float out;
       fp8_rows<1>(&row, chunks, buf.data(), &out, w + r1 * k);
-      y[b1 - 1] = out + tail(row, s);
+      y[r] = out + tail(row, s);
     }
     b0 = b1;
   }
