@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 
 #include "backend/cpu/thread_pool.h"
@@ -480,7 +481,7 @@ std::vector<Check> quant_checks(const std::string& fixtures_dir) {
 // copies of its matrix totalling >= 512 MB so no launch finds its weights in the 60 MB L2;
 // back-to-back launches, so small shapes include the launch gaps. "experts" rows: the 30B-A3B
 // decode expert GEMVs, 8 routed experts of 128 (gate+up [768, 2048] in one launch, down
-// [2048, 768]) through quant_experts_gemv.
+// [2048, 768]) through quant_experts_gemv. FT_QUANT_BENCH=NAME,NAME limits the formats.
 std::string quant_bandwidth() {
   std::string s;
   const size_t cb = size_t{1} << 30;
@@ -511,6 +512,10 @@ std::string quant_bandwidth() {
                           {2048, 768, 128, false}};
   std::vector<DType> fs = formats();
   fs.insert(fs.begin(), DType::BF16);
+  if (const char* only = std::getenv("FT_QUANT_BENCH")) {  // e.g. Q8_0,Q4_K: just these formats
+    const std::string list = std::string(",") + only + ",";
+    std::erase_if(fs, [&](DType d) { return list.find("," + fmt_name(d) + ",") == std::string::npos; });
+  }
   for (DType dt : fs)
     for (const Shape& sh : shapes) {
       const bool ex = sh.experts > 0;

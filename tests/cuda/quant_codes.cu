@@ -1,6 +1,7 @@
 // Host side of quant_codes_test: the CUDA decoders of quant_device.cuh (code_words, code_group,
 // dot_u8s8, with the byte permute / funnel shift / dp4a emulated on the host) over one row of
-// blocks, and the int8-activation dot product the GEMV kernel computes from them.
+// blocks, code_pair against two code_words, and the int8-activation dot product the GEMV
+// kernel computes from them.
 #include <cmath>
 
 #include "backend/cuda/quant_device.cuh"
@@ -20,6 +21,17 @@ CodesResult run(const uint8_t* row, const float* x, int64_t cols, float* w) {
       uint32_t u[4];
       float d, m, f[16], du, dm;
       cuda::code_words(bl[b], g, u, d, m);
+      if constexpr (F::kElems > 16) {
+        if (g % 2 == 0) {  // code_pair's two groups vs code_words on each
+          uint32_t p0[4], p1[4], u1[4];
+          float d0, m0, d1, m1, e1, n1;
+          cuda::code_pair(bl[b], g, p0, p1, d0, m0, d1, m1);
+          cuda::code_words(bl[b], g + 1, u1, e1, n1);
+          for (int k = 0; k < 4; ++k)
+            if (p0[k] != u[k] || p1[k] != u1[k]) res.pair_vs_words = false;
+          if (d0 != d || m0 != m || d1 != e1 || m1 != n1) res.pair_vs_words = false;
+        }
+      }
       cuda::code_group(bl[b], g, f, du, dm);
       for (int i = 0; i < 16; ++i) {
         const float code = static_cast<float>((u[i / 4] >> (8 * (i % 4))) & 0xff);

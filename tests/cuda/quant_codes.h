@@ -9,6 +9,7 @@ namespace ft::cuda_checks {
 struct CodesResult {
   bool supported = false;        // the format has integer codes (not FP8)
   bool words_vs_floats = true;   // code_words' bytes == code_group's floats, same d and m
+  bool pair_vs_words = true;     // code_pair (the streaming GEMV's decode) == code_words twice
   double dot = 0;                // the int8-activation GEMV's sum over the row
 };
 

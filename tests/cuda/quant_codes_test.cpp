@@ -1,8 +1,9 @@
 // The CUDA quantized GEMV's decoders, run on the host (no GPU needed): for every format with
 // integer codes, code_words (what the int8-activation kernel feeds to __dp4a) reproduces the
 // scalar reference dequant exactly, agrees with code_group (the f32 kernel's and the GEMM's
-// decode), and the kernel's int8-activation dot product stays within the activation-rounding
-// bound of the f64 dot over the dequantized row.
+// decode) and code_pair (the streaming kernel's two-group decode), and the kernel's
+// int8-activation dot product stays within the activation-rounding bound of the f64 dot over
+// the dequantized row.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -38,6 +39,7 @@ TEST(QuantCodes, WordsMatchReferenceAndInt8DotWithinBound) {
     const CodesResult r = quant_codes(dt, row.data(), x.data(), cols, w.data());
     ASSERT_TRUE(r.supported);
     EXPECT_TRUE(r.words_vs_floats);
+    EXPECT_TRUE(r.pair_vs_words);
     // NVFP4's global scale is applied after the GEMV (the kernel's epilogue).
     for (int64_t i = 0; i < cols; ++i)
       ASSERT_NEAR(w[i] * gs, ref[i], 1e-6 * std::fabs(ref[i]) + 1e-12) << "element " << i;

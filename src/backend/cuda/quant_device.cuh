@@ -231,6 +231,58 @@ FT_QD void code_words(const BlockIQ4_XS& b, int g, uint32_t (&u)[4], float& d, f
   d = h2f(b.d) * i2f(IQ4_XS::scale(b, s)), m = -128.f * d;
 }
 
+// ---- code_pair: groups g and g + 1 (g even) at once, u0/u1 as code_words' u. The default
+// calls code_words twice (the compiler shares the loads and scale decodes of the two); the
+// nibble-codebook formats whose two groups are the low and high nibbles of the same 16 bytes
+// look up all 8 codes of a word with 6 byte permutes (book8).
+
+// The low and high nibbles of w's 4 bytes through a 16-entry byte codebook: lo = the low
+// nibbles' entries, hi = the high nibbles', in byte order. Each half-word's 4 nibbles select
+// from entries 0..7 and 8..15 (a permute each, bits 0..2), bit 3 picks between them (a third).
+template <BookId B>
+FT_QD void book8(uint32_t w, uint32_t& lo, uint32_t& hi) {
+  constexpr bool iq = B == BookId::IQ4NL;
+  uint32_t r[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const uint32_t x = w >> (16 * h);  // nibbles: byte 2h lo, byte 2h hi, byte 2h+1 lo, hi
+    const uint32_t a = prmt(iq ? k_iq4_w0 : k_e2m1_w0, iq ? k_iq4_w1 : k_e2m1_w1, x);
+    const uint32_t b = prmt(iq ? k_iq4_w2 : k_e2m1_w2, iq ? k_iq4_w3 : k_e2m1_w3, x);
+    r[h] = prmt(a, b, 0x3210u | ((x & 0x8888u) >> 1));
+  }
+  lo = prmt(r[0], r[1], 0x6420u), hi = prmt(r[0], r[1], 0x7531u);
+}
+template <BookId B>
+FT_QD void book_pair(const uint8_t* qs, uint32_t (&u0)[4], uint32_t (&u1)[4]) {
+  uint32_t w[4];
+  ld128(qs, w);
+#pragma unroll
+  for (int k = 0; k < 4; ++k) book8<B>(w[k], u0[k], u1[k]);
+}
+
+template <class Block>
+FT_QD void code_pair(const Block& b, int g, uint32_t (&u0)[4], uint32_t (&u1)[4], float& d0,
+                     float& m0, float& d1, float& m1) {
+  code_words(b, g, u0, d0, m0);
+  code_words(b, g + 1, u1, d1, m1);
+}
+FT_QD void code_pair(const BlockMXFP4& b, int, uint32_t (&u0)[4], uint32_t (&u1)[4], float& d0,
+                     float& m0, float& d1, float& m1) {
+  book_pair<BookId::E2M1>(b.qs, u0, u1);
+  d0 = d1 = MXFP4::scale(b), m0 = m1 = -12.f * d0;
+}
+FT_QD void code_pair(const BlockIQ4_NL& b, int, uint32_t (&u0)[4], uint32_t (&u1)[4], float& d0,
+                     float& m0, float& d1, float& m1) {
+  book_pair<BookId::IQ4NL>(b.qs, u0, u1);
+  d0 = d1 = h2f(b.d), m0 = m1 = -128.f * d0;
+}
+FT_QD void code_pair(const BlockIQ4_XS& b, int g, uint32_t (&u0)[4], uint32_t (&u1)[4], float& d0,
+                     float& m0, float& d1, float& m1) {
+  const int s = g >> 1;
+  book_pair<BookId::IQ4NL>(b.qs + 16 * s, u0, u1);
+  d0 = d1 = h2f(b.d) * i2f(IQ4_XS::scale(b, s)), m0 = m1 = -128.f * d0;
+}
+
 // Whether F's blocks have integer codes (code_words): every format but FP8.
 template <class F>
 constexpr bool has_code_words() {

@@ -38,6 +38,10 @@ struct QParams {
   // int8 kernel: a block covers row_iters groups of k_warps * k_rows_per_warp rows (the f32
   // kernel: one).
   int row_iters = 1;
+  // int8 streaming kernel (one token): warp w takes rows [w * rows_per_warp, + rows_per_warp)
+  // of the matrices' rows end to end (matrix m: rows0[m] .. rows0[m + 1]), per slot.
+  int64_t rows0[k_gemv_multi + 1] = {};
+  int rows_per_warp = 1;
 };
 
 // block0 for row_iters row groups per block; returns the number of blocks.
