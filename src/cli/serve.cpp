@@ -173,7 +173,7 @@ void add_serve_command(CLI::App& app) {
       ->check(CLI::Range(int64_t{16}, int64_t{1} << 24))->capture_default_str();
   cmd->add_option("--kv-dtype", o->backend.kv_dtype,
                   "GPU KV cache: bf16 (half the bytes, flash attention), f32 (the CPU's "
-                  "arithmetic) or auto (bf16, f32 for attention sinks / sliding windows)")
+                  "arithmetic) or auto (bf16)")
       ->check(CLI::IsMember({"auto", "bf16", "f32"}))->capture_default_str();
   auto* cache_size = cmd->add_option("--moe-cache-size", o->backend.moe_cache_size,
                                      "GPU expert slots (default: what the budget holds)");

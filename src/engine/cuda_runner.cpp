@@ -237,13 +237,10 @@ std::unique_ptr<Runner> make_runner(const Model& model, EngineOptions& opt,
   if (b.tensor_parallel > 1 || b.nnodes > 1) return make_tp_runner(model, opt, b);
   const MoeBackend requested = parse_moe_backend(b.moe_backend);
   const bool cuda = cuda::device_count() > 0;
-  // The GPU KV cache: auto is bf16 except for attention sinks / sliding windows (gpt-oss),
-  // whose bf16 parity is not validated yet (CudaTransformer refuses that pair).
+  // The GPU KV cache: auto is bf16 (gpt-oss's sinks and windows too: checked against logits
+  // computed with bf16 K/V, tests/cuda/model_checks.cpp).
+  const DType kv_dtype = b.kv_dtype == "f32" ? DType::F32 : DType::BF16;
   const ModelConfig& mc = model.config();
-  const bool oss_attention = mc.attn_sinks || mc.sliding_window > 0;
-  const DType kv_dtype = b.kv_dtype == "f32" || (b.kv_dtype == "auto" && oss_attention)
-                             ? DType::F32
-                             : DType::BF16;
   if (requested == MoeBackend::CPU || (requested == MoeBackend::AUTO && !cuda)) {
     FT_LOG_INFO("moe backend: cpu ({})",
                 requested == MoeBackend::CPU ? "requested" : "auto: no CUDA device");

@@ -157,11 +157,6 @@ CudaTransformer::CudaTransformer(const Model& model, int64_t capacity, int64_t m
       offload.mode == MoeMode::HYBRID)
     fail("{}: HYBRID offload does not run expert biases or the clamped SwiGLU on its CPU share "
          "(gpt-oss); use --moe-backend offload", c_.model_type);
-  // The fixture's parity holds with f32 KV; over a bf16 cache its logits leave the tolerance
-  // the other families meet (H200, both bf16 kernels alike), so bf16 stays refused for now.
-  if ((c_.attn_sinks || c_.sliding_window > 0) && kv_dtype == DType::BF16)
-    fail("{}: attention sinks / sliding windows over a bf16 KV cache are not validated on CUDA "
-         "yet (gpt-oss); use --kv-dtype f32", c_.model_type);
   if (host) {
     FT_CHECK(host->n_layers == c_.n_layers && host->n_experts == c_.n_experts &&
                  host->hidden == c_.hidden,

@@ -8,7 +8,14 @@ Runs on the GPU machine (torch + transformers). For each fixture it writes, unde
   reference runs in fp32 on those rounded values, so the engine sees exactly what torch saw.
 Norm weights and biases get non-trivial values so a wrong formula shows.
 
+Fixtures with attention sinks / sliding windows (gpt-oss) also get reference_bf16_kv.safetensors:
+the same prompt and greedy ids with each layer's keys (after rope) and values rounded to bf16,
+as a bf16 KV cache holds them (prefill_logits [T, V], decode_logits [N, V] teacher-forced along
+greedy_ids), so the engine's bf16 KV cache is checked against what bf16 K/V give, not f32 K/V.
+
 usage: make_fixtures.py OUT_DIR [--device cuda|cpu] [--only name,name]
+       make_fixtures.py --bf16-kv-reference FIXTURE_DIR [--device cuda|cpu]
+         (adds reference_bf16_kv.safetensors to an existing bf16-weight fixture)
 """
 import json
 import math
@@ -85,7 +92,18 @@ def oss_specs():
         rope_theta=150000.0,
         rope_scaling={"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0,
                       "truncate": False, "original_max_position_embeddings": 4096},
-        gate_up_gain=4.0, oss_layout=True), torch.bfloat16, "oss", 1)]
+        gate_up_gain=4.0, oss_layout=True), torch.bfloat16, "oss", 1),
+            # The same shape with expert widths of whole 32-element blocks (I = 96; H = 64), its
+            # experts MXFP4 as the hub ships gpt-oss (*_blocks / *_scales, oss_mxfp4_state).
+            ("gpt_oss_mxfp4", tr.GptOssForCausalLM, tr.GptOssConfig, dict(
+        COMMON, max_position_embeddings=131072, num_hidden_layers=4, head_dim=16,
+        intermediate_size=96, num_local_experts=8, num_experts_per_tok=2, sliding_window=8,
+        layer_types=["sliding_attention", "full_attention", "sliding_attention",
+                     "full_attention"], attention_bias=True, swiglu_limit=7.0,
+        rope_theta=150000.0,
+        rope_scaling={"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0,
+                      "truncate": False, "original_max_position_embeddings": 4096},
+        gate_up_gain=4.0, oss_layout=True, mxfp4_experts=True), torch.bfloat16, "oss", 1)]
 
 
 def oss_mlp_reference(x, rw, rb, gu, gub, dn, dnb, top_k, limit=7.0, alpha=1.702):
@@ -147,6 +165,93 @@ def oss_hub_state(model, config):
     return out
 
 
+# OCP MX E2M1 codes 0..15 (bit 3 the sign), as transformers' integrations/mxfp4.py FP4_VALUES.
+E2M1 = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0]
+
+
+def mxfp4_quantize(x):
+    """x [..., n] (n a multiple of 32) -> (codes [..., n] 0..15, scales [..., n/32] uint8 e8m0,
+    dequantized [..., n]): per 32 elements the smallest power of two 2^e with max|x| / 2^e <= 6,
+    each element the nearest E2M1 value of x / 2^e."""
+    x = x.float()
+    *lead, n = x.shape
+    g = x.reshape(*lead, n // 32, 32)
+    amax = g.abs().amax(-1)
+    e = torch.where(amax > 0, torch.ceil(torch.log2(amax / 6.0)), torch.full_like(amax, -127.0))
+    e = e.clamp(-127, 127)
+    v = g / torch.exp2(e)[..., None]
+    mags = torch.tensor(E2M1[:8])
+    idx = (v.abs()[..., None] - mags).abs().argmin(-1)
+    codes = idx + 8 * ((v < 0) & (idx > 0)).long()
+    deq = torch.tensor(E2M1)[codes] * torch.exp2(e)[..., None]
+    return (codes.reshape(*lead, n), (e + 127).to(torch.uint8),
+            deq.reshape(*lead, n))
+
+
+def mxfp4_round_experts(model, config):
+    """Rounds every expert matrix in place to MXFP4 values along its input dimension (H for
+    gate_up, I for down; 32-element blocks), whichever orientation transformers keeps them in,
+    so the hub-layout blocks written later hold the model's weights exactly."""
+    H, I = config.hidden_size, config.intermediate_size
+    assert H % 32 == 0 and I % 32 == 0 and H != I and H != 2 * I, "ambiguous expert axes"
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if not (name.endswith("experts.gate_up_proj") or name.endswith("experts.down_proj")):
+                continue
+            fan_in = H if name.endswith("gate_up_proj") else I
+            axis = 1 if p.shape[1] == fan_in else 2
+            t = p.detach().float().cpu().transpose(axis, 2)
+            deq = mxfp4_quantize(t)[2].transpose(axis, 2)
+            p.copy_(deq.to(p.dtype))
+
+
+def mxfp4_pack(w):
+    """w [E, rows, cols] of MXFP4 values -> hub (blocks [E, rows, cols/32, 16] uint8, element
+    2j in the low nibble of byte j; scales [E, rows, cols/32] uint8)."""
+    codes, scales, deq = mxfp4_quantize(w)
+    assert torch.equal(deq, w.float()), "expert weights are not MXFP4 values"
+    E, rows, cols = w.shape
+    c = codes.reshape(E, rows, cols // 32, 16, 2)
+    blocks = (c[..., 0] | (c[..., 1] << 4)).to(torch.uint8)
+    return blocks.contiguous(), scales.contiguous()
+
+
+def mxfp4_unpack(blocks, scales):
+    """The hub tensors back to [E, cols, rows] (x @ W) f32: transformers' own
+    convert_moe_packed_tensors when it is installed (the checkpoint format's reference)."""
+    try:
+        from transformers.integrations.mxfp4 import convert_moe_packed_tensors
+    except Exception as e:  # ImportError, or the module's own optional imports
+        print("transformers' integrations.mxfp4.convert_moe_packed_tensors unavailable "
+              f"({e!r}): own unpack")
+    else:
+        return convert_moe_packed_tensors(blocks, scales, dtype=torch.float32).float().cpu()
+    lut = torch.tensor(E2M1)
+    b = blocks.long()
+    v = torch.stack([lut[b & 15], lut[b >> 4]], -1).reshape(*blocks.shape[:-1], 32)
+    v = v * torch.exp2(scales.float() - 127)[..., None]
+    return v.reshape(*blocks.shape[:-2], -1).transpose(1, 2).contiguous()
+
+
+def oss_mxfp4_state(state):
+    """The hub bf16 expert tensors (gate_up_proj [E, H, 2I], down_proj [E, I, H], x @ W) as the
+    MXFP4 checkpoints ship them: *_blocks / *_scales over the output rows (gate_up rows
+    interleaved gate/up), each checked to unpack to the tensor it replaces."""
+    out = {}
+    for name, t in state.items():
+        if not (name.endswith("experts.gate_up_proj") or name.endswith("experts.down_proj")):
+            out[name] = t
+            continue
+        blocks, scales = mxfp4_pack(t.float().transpose(1, 2).contiguous())
+        back = mxfp4_unpack(blocks, scales)
+        if back.shape != t.shape:
+            raise RuntimeError(f"{name}: unpacked to {tuple(back.shape)}, not {tuple(t.shape)}")
+        assert torch.equal(back, t.float()), f"{name}: MXFP4 blocks do not unpack to the weights"
+        print(f"{name}: MXFP4 blocks {tuple(blocks.shape)} unpack exactly")
+        out[name + "_blocks"], out[name + "_scales"] = blocks, scales
+    return out
+
+
 def classic_specs(MixtralConfig, MixtralForCausalLM, OlmoeConfig, OlmoeForCausalLM,
                   Qwen3MoeConfig, Qwen3MoeForCausalLM):
     common = dict(vocab_size=1000, hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
@@ -179,7 +284,7 @@ def classic_specs(MixtralConfig, MixtralForCausalLM, OlmoeConfig, OlmoeForCausal
 
 
 FIXTURE_KEYS = ("prompt_len", "zero_centred_norms", "multimodal_wrapper", "debug_dump",
-                "gate_up_gain", "oss_layout")
+                "gate_up_gain", "oss_layout", "mxfp4_experts")
 
 
 def make_config(config_cls, kwargs):
@@ -317,7 +422,8 @@ def wrap_multimodal(out_dir, text_config, state, gen):
 
 
 def save_weights(state, out_dir, dtype, shards):
-    state = {k: v.to(dtype).contiguous() for k, v in state.items()}
+    state = {k: (v if v.dtype == torch.uint8 else v.to(dtype)).contiguous()  # MXFP4 stays U8
+             for k, v in state.items()}
     names = sorted(state)
     if shards == 1:
         save_file(state, os.path.join(out_dir, "model.safetensors"), metadata={"format": "pt"})
@@ -335,6 +441,70 @@ def save_weights(state, out_dir, dtype, shards):
         json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f, indent=2)
 
 
+def bf16_kv_logits(model, ids):
+    """Logits [L, V] of ids [1, L] with every layer's K (after rope) and V rounded to bf16."""
+    import importlib
+    mod = importlib.import_module(type(model.model.layers[0].self_attn).__module__)
+    orig, calls = mod.apply_rotary_pos_emb, [0]
+
+    def rounded(q, k, *args, **kwargs):
+        q, k = orig(q, k, *args, **kwargs)
+        calls[0] += 1
+        return q, k.to(torch.bfloat16).to(k.dtype)
+
+    def round_v(module, inp, out):
+        return out.to(torch.bfloat16).to(out.dtype)
+
+    hooks = [layer.self_attn.v_proj.register_forward_hook(round_v)
+             for layer in model.model.layers]
+    mod.apply_rotary_pos_emb = rounded
+    try:
+        with torch.no_grad():
+            logits = model(ids).logits[0].float().cpu()
+    finally:
+        mod.apply_rotary_pos_emb = orig
+        for h in hooks:
+            h.remove()
+    if calls[0] != len(model.model.layers):
+        raise RuntimeError(f"apply_rotary_pos_emb ran {calls[0]} times, not once per layer: "
+                           "the K rounding did not apply")
+    return logits
+
+
+def write_bf16_kv_reference(model, out_dir, prompt, greedy, prefill, decode_logits, device):
+    """reference_bf16_kv.safetensors beside the f32 one (see the module docstring)."""
+    T, N = prompt.shape[0], greedy.shape[0]
+    seq = torch.cat([prompt, greedy[:N - 1]])[None].to(device)
+    logits = bf16_kv_logits(model, seq)
+    pre, dec = logits[:T].clone(), logits[T - 1:T - 1 + N].clone()  # own storage each
+    d_pre = ((pre - prefill).abs().amax(-1) / prefill.abs().amax(-1)).max().item()
+    d_dec = ((dec - decode_logits).abs().amax(-1) / decode_logits.abs().amax(-1)).max().item()
+    print(f"{os.path.basename(out_dir)}: bf16 K/V vs f32 K/V logits, worst max|d|/max row: "
+          f"prefill {d_pre:.3e}, decode {d_dec:.3e}")
+    save_file({"prompt_ids": prompt.to(torch.int64), "greedy_ids": greedy.to(torch.int64),
+               "prefill_logits": pre, "decode_logits": dec},
+              os.path.join(out_dir, "reference_bf16_kv.safetensors"))
+
+
+def add_bf16_kv_reference(fixture_dir, device):
+    """For an existing fixture: load it with transformers (bf16 weights in the hub layout),
+    check its f32 logits against reference.safetensors, then write the bf16-KV reference."""
+    from safetensors.torch import load_file
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        fixture_dir, dtype=torch.float32, attn_implementation="eager").to(device).eval()
+    ref = load_file(os.path.join(fixture_dir, "reference.safetensors"))
+    prompt, greedy = ref["prompt_ids"], ref["greedy_ids"]
+    with torch.no_grad():
+        got = model(prompt[None].to(device)).logits[0].float().cpu()
+    err = ((got - ref["prefill_logits"]).abs().amax(-1) /
+           ref["prefill_logits"].abs().amax(-1)).max().item()
+    print(f"{fixture_dir}: reloaded model vs reference.safetensors prefill: {err:.2e}")
+    if err > 1e-4:
+        raise RuntimeError(f"{fixture_dir}: the reloaded model does not reproduce the reference")
+    write_bf16_kv_reference(model, fixture_dir, prompt, greedy, ref["prefill_logits"],
+                            ref["decode_logits"], device)
+
+
 def write_fixture(out_root, spec, device, seed):
     name, model_cls, config_cls, kwargs, dtype, layout, shards = spec
     prompt_len = kwargs.get("prompt_len", PROMPT_LEN)
@@ -345,6 +515,8 @@ def write_fixture(out_root, spec, device, seed):
     model = model_cls(config).eval()
     randomize(model, gen, dtype, kwargs.get("zero_centred_norms", False),
               kwargs.get("gate_up_gain", 1.0))
+    if kwargs.get("mxfp4_experts"):
+        mxfp4_round_experts(model, config)
     config.save_pretrained(out_dir)
     if kwargs.get("oss_layout"):
         model = model.to(device)
@@ -352,6 +524,17 @@ def write_fixture(out_root, spec, device, seed):
         model = model.cpu()
     else:
         state = hub_state_dict(model, layout, config.model_type)
+    if kwargs.get("mxfp4_experts"):  # the hub's MXFP4 gpt-oss: experts as blocks + scales
+        state = oss_mxfp4_state(state)
+        cfg_path = os.path.join(out_dir, "config.json")
+        with open(cfg_path) as f:
+            cfg = json.load(f)
+        cfg["quantization_config"] = {
+            "quant_method": "mxfp4",
+            "modules_to_not_convert": ["model.layers.*.self_attn", "model.layers.*.mlp.router",
+                                       "model.embed_tokens", "lm_head"]}
+        with open(cfg_path, "w") as f:
+            json.dump(cfg, f, indent=2, sort_keys=True)
     if kwargs.get("multimodal_wrapper"):
         state = wrap_multimodal(out_dir, config, state, gen)
     save_weights(state, out_dir, dtype, shards)
@@ -388,6 +571,8 @@ def write_fixture(out_root, spec, device, seed):
             "prompt_len": prompt_len, "n_greedy": N_GREEDY,
             "config_class": config_cls.__name__, "model_class": model_cls.__name__,
             "weight_names": sorted(state)[:12] + ["..."]}
+    if kwargs.get("oss_layout"):  # sinks + sliding windows: the bf16 KV cache's reference
+        write_bf16_kv_reference(model, out_dir, prompt, greedy, prefill, decode_logits, device)
     with open(os.path.join(out_dir, "reference.json"), "w") as f:
         json.dump(meta, f, indent=2)
     print(f"{name}: {sum(v.numel() for v in state.values())} params, greedy {greedy.tolist()}")
@@ -401,6 +586,9 @@ def main():
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     print("torch", torch.__version__, "transformers", transformers.__version__, "device", device)
+    if sys.argv[1] == "--bf16-kv-reference":
+        add_bf16_kv_reference(sys.argv[2], device)
+        return
     only = sys.argv[sys.argv.index("--only") + 1].split(",") if "--only" in sys.argv else None
     failed = []
     for i, spec in enumerate(fixture_specs()):
