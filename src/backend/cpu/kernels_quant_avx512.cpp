@@ -35,6 +35,7 @@ struct Avx512Q : qsimd::Ymm<Avx512Q> {
                           : std::is_same_v<F, quant::Q3_K> ? gemv_q3k_512
                           : std::is_same_v<F, quant::Q4_K> ? gemv_q4k_512
                           : std::is_same_v<F, quant::Q5_K> ? gemv_q5k_512
+                          : std::is_same_v<F, quant::Q6_K> ? gemv_q6k_512
                                                            : nullptr;
       if constexpr (kq != nullptr) {
         kq(x, k, w, row_bytes, r0, r1, y);

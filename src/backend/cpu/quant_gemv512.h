@@ -4,7 +4,8 @@
 // BF16): FP8 e4m3 (bytes -> bf16 by two 128-entry vpermi2b lookups, vdpbf16ps against bf16
 // hi + lo parts of the scaled activations) and NVFP4 (16-element blocks gathered and split into
 // nibbles by vpermb / vpmultishiftqb, codebook by vpermb, vpdpbusd against int8 activations).
-// kernels_quant_k23.cpp (AVX512-VNNI, like the table): Q2_K and Q3_K, 64 codes per vpdpbusd.
+// kernels_quant_k512.cpp (AVX512-VNNI, like the table): the K-quants Q2_K .. Q6_K, 64 codes per
+// vpdpbusd (and MXFP4 in kernels_quant_vbmi.cpp, on VBMI).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -25,7 +26,7 @@ void gemv_nvfp4_vbmi(const QActs& x, int64_t k, const uint8_t* w, size_t row_byt
 // The same for MXFP4 (activations permuted per call to the kernel's element order).
 void gemv_mxfp4_vbmi(const QActs& x, int64_t k, const uint8_t* w, size_t row_bytes, int64_t r0,
                      int64_t r1, float post, float* y);
-// y[r] = dot(x, row r) over whole 256-element blocks (Q2_K / Q3_K rows are whole blocks).
+// y[r] = dot(x, row r) over whole 256-element blocks (K-quant rows are whole blocks).
 void gemv_q2k_512(const QActs& x, int64_t k, const uint8_t* w, size_t row_bytes, int64_t r0,
                   int64_t r1, float* y);
 void gemv_q3k_512(const QActs& x, int64_t k, const uint8_t* w, size_t row_bytes, int64_t r0,
@@ -33,6 +34,8 @@ void gemv_q3k_512(const QActs& x, int64_t k, const uint8_t* w, size_t row_bytes,
 void gemv_q4k_512(const QActs& x, int64_t k, const uint8_t* w, size_t row_bytes, int64_t r0,
                   int64_t r1, float* y);
 void gemv_q5k_512(const QActs& x, int64_t k, const uint8_t* w, size_t row_bytes, int64_t r0,
+                  int64_t r1, float* y);
+void gemv_q6k_512(const QActs& x, int64_t k, const uint8_t* w, size_t row_bytes, int64_t r0,
                   int64_t r1, float* y);
 
 }  // namespace ft::cpu

@@ -1,7 +1,7 @@
-// Q2_K and Q3_K one-token GEMVs with 512-bit unpack (see quant_gemv512.h): the 64 bytes of 2-bit
-// codes of a super-block are one zmm, and shift j (0..3) of it holds elements 32j + l and
-// 128 + 32j + l (l < 32), i.e. groups 2j, 2j + 1, 8 + 2j, 9 + 2j: one vpdpbusd per 64 codes
-// against the two matching 32-byte pieces of the activations.
+// K-quant (Q2_K .. Q6_K) one-token GEMVs with 512-bit unpack (see quant_gemv512.h): a super-block's
+// codes are unpacked 64 at a time into "pieces" of two 32-element halves (for Q2_K, shift j of
+// the 64 code bytes holds elements 32j + l and 128 + 32j + l), one vpdpbusd per piece against
+// the two matching 32-byte pieces of the activations, its lanes scaled by their group's scale.
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma,f16c")
 #include <immintrin.h>
 
@@ -193,6 +193,40 @@ struct Q5K {
   };
 };
 
+// Q6_K: 64 bytes of ql hold elements 128n .. 128n + 63 (low nibbles) and 128n + 64 .. 128n + 127
+// (high nibbles) in order, their bits 4-5 from qh[32n + l] bits 2i (i = element / 32 % 4).
+constexpr int k_pieces_6a[4] = {0, 64, 128, 192}, k_pieces_6b[4] = {32, 96, 160, 224};
+
+struct Q6K {
+  static constexpr int kBytes = sizeof(quant::BlockQ6_K);  // ql[128], qh[64], scales[16], d
+  static constexpr const int* kPieceA = k_pieces_6a;
+  static constexpr const int* kPieceB = k_pieces_6b;
+  static __m512 scales(const uint8_t* p, __m512 dx, __m512 sx, __m512* accm) {
+    const __m512 ws = _mm512_mul_ps(
+        _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 192)))),
+        _mm512_set1_ps(f16(p + 208)));
+    *accm = _mm512_fnmadd_ps(_mm512_mul_ps(ws, _mm512_set1_ps(32.f)), sx, *accm);  // m = -32 d
+    return _mm512_mul_ps(ws, dx);
+  }
+  struct Codes {
+    __m512i ql[2], qh[2];  // qh[n]: qh[32n ..] twice, the upper copy >> 2 (i = 1, 3 at i = 0, 2)
+    explicit Codes(const uint8_t* p) : ql{_mm512_loadu_si512(p), _mm512_loadu_si512(p + 64)} {
+      for (int n = 0; n < 2; ++n) {
+        const __m512i h =
+            _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 128 + 32 * n)));
+        qh[n] = _mm512_mask_srli_epi16(h, 0xffff0000u, h, 2);
+      }
+    }
+    template <int J>
+    __m512i get() const {
+      const __m512i v = J % 2 ? _mm512_srli_epi16(ql[J / 2], 4) : ql[J / 2];
+      const __m512i hb = J % 2 ? qh[J / 2] : _mm512_slli_epi16(qh[J / 2], 4);  // to bits 4-5
+      return _mm512_ternarylogic_epi32(_mm512_and_si512(v, _mm512_set1_epi8(0x0f)), hb,
+                                       _mm512_set1_epi8(0x30), 0xd8);
+    }
+  };
+};
+
 template <class F, int NR>
 inline void rows_512(const uint8_t* const* w, int64_t nsb, const QActs& x, float* out,
                      const uint8_t* pf_end) {
@@ -256,6 +290,10 @@ void gemv_q4k_512(const QActs& x, int64_t k, const uint8_t* w, size_t row_bytes,
 void gemv_q5k_512(const QActs& x, int64_t k, const uint8_t* w, size_t row_bytes, int64_t r0,
                   int64_t r1, float* y) {
   gemv_512<Q5K>(x, k, w, row_bytes, r0, r1, y);
+}
+void gemv_q6k_512(const QActs& x, int64_t k, const uint8_t* w, size_t row_bytes, int64_t r0,
+                  int64_t r1, float* y) {
+  gemv_512<Q6K>(x, k, w, row_bytes, r0, r1, y);
 }
 
 }  // namespace ft::cpu
