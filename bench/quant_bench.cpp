@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <stdlib.h>
 #include <cstring>
 #include <ctime>
 #include <sched.h>
@@ -199,6 +200,13 @@ Result bench_type(ThreadPool& pool, quant::QuantType t, const Options& o) {
 
 int run(int argc, char** argv) {
   Options o;
+  auto usage = [] {
+    std::fprintf(stderr,
+                 "usage: quant_bench [--mib 1024] [--cols 4096] [--rows 0] [--experts 0|N|auto] "
+                 "[--threads 0] [--gemm 1] [--formats Q4_K,Q8_0,...]\n");
+    return 1;
+  };
+  if (argc % 2 == 0) return usage();  // a flag without its value, --help
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     if (a == "--mib") o.mib = std::strtoull(argv[i + 1], nullptr, 10);
@@ -209,12 +217,8 @@ int run(int argc, char** argv) {
     else if (a == "--threads") o.threads = std::atoi(argv[i + 1]);
     else if (a == "--gemm") o.gemm = std::atoi(argv[i + 1]) != 0;
     else if (a == "--formats") o.formats = "," + std::string(argv[i + 1]) + ",";
-    else {
-      std::fprintf(stderr,
-                   "usage: quant_bench [--mib 1024] [--cols 4096] [--rows 0] [--experts 0] "
-                   "[--threads 0] [--gemm 1] [--formats Q4_K,Q8_0,...]\n");
-      return 1;
-    }
+    else
+      return usage();
   }
   if (o.experts != 0 && o.rows <= 0) o.rows = 768;
   const int64_t cols = o.cols;
@@ -222,8 +226,11 @@ int run(int argc, char** argv) {
   const int threads = o.threads;
   cpu_set_t aff;
   const int aff_n = sched_getaffinity(0, sizeof(aff), &aff) == 0 ? CPU_COUNT(&aff) : -1;
-  std::printf("CPUs: %d in the affinity mask, cpu_count() %d (cgroup quota honoured)\n", aff_n,
-              cpu_count());
+  double load[1] = {0};
+  std::printf("CPUs: %d in the affinity mask, cpu_count() %d (cgroup quota honoured), load "
+              "average %.1f (other jobs contend when it exceeds the threads: trust the CPU "
+              "columns then)\n",
+              aff_n, cpu_count(), getloadavg(load, 1) == 1 ? load[0] : -1.0);
   ThreadPool pool(threads);
   const Rate bw1 = read_bandwidth(pool, size_t{1} << 30, false);
   const Rate bw4 = read_bandwidth(pool, size_t{1} << 30, true);
