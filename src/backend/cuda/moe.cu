@@ -1,12 +1,17 @@
 // moe: the experts layer on stacked expert weights. Decode: a fused gate/up GEMV per (token, k)
 // slot, then one down GEMV over all k fused with the weighted combine (and the residual add),
-// with no host sync. Prefill: slots grouped
+// with no host sync; with 16-byte rows both run as streaming kernels (a persistent grid of
+// warps, each with its next chunk of weights in flight while it computes the current one; down
+// issues its first loads before the PDL wait, under gate_up's tail). FT_MOE_STREAM=0 selects
+// the block-per-8-rows kernels for A/B runs. Prefill: slots grouped
 // by expert (count -> offsets -> gather, stable in slot order), per-expert matmul through
 // cuBLAS, then the same combine through the slot -> row map (top-k order, deterministic).
 // Block-quantized experts decode through quant_experts_gemv (gate+up, then down per slot on
 // silu(gate) * up, SwiGLU fused into its input), then the combine; their prefill matmuls
 // dispatch to quant_gemm.
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_ops.h"
@@ -114,6 +119,194 @@ __global__ void down_combine_kernel(const float* __restrict__ act, const int32_t
   }
 }
 
+// ---- streaming decode kernels (VEC layout: rows 16-byte aligned, cols % k_vec<W> == 0)
+// A warp walks its units (u = warp, warp + n_warps, ...) in steps of B 16-byte vectors per lane
+// of R rows (a chunk of 32 * V * B columns); the next step's loads are issued before the current
+// step is used, so every warp keeps two steps of weights in flight with no block-wide syncs.
+// A lane's columns and their order are those of warp_dot_rows (lane * V +
+// m * 32 * V, m ascending), so the sums are the same.
+constexpr int k_stream_threads = 128;
+
+// raw[r][b] = w[r][i0 + b * 32V] (those < cols; a null row is skipped).
+template <typename W, int R, int B>
+__device__ __forceinline__ void step_load(const W* const (&w)[R], int64_t cols, int64_t i0,
+                                          uint4 (&raw)[R][B]) {
+  constexpr int V = k_vec<W>;
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int b = 0; b < B; ++b) {
+      const int64_t i = i0 + int64_t{b} * 32 * V;
+      if (w[r] && i < cols) raw[r][b] = ldg_stream(w[r] + i);
+    }
+}
+
+// acc[r] += the step loaded by step_load at i0, dotted with x[r].
+template <typename W, int R, int B>
+__device__ __forceinline__ void step_use(const float* const (&x)[R], const W* const (&w)[R],
+                                         int64_t cols, int64_t i0, const uint4 (&raw)[R][B],
+                                         float (&acc)[R]) {
+  constexpr int V = k_vec<W>;
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int b = 0; b < B; ++b) {
+      const int64_t i = i0 + int64_t{b} * 32 * V;
+      if (!w[r] || i >= cols) continue;
+      float wv[V];
+      unpack_vec(raw[r][b], wv, w[r]);
+#pragma unroll
+      for (int j = 0; j < V; j += 4) {
+        const float4 xv = *reinterpret_cast<const float4*>(x[r] + i + j);
+        acc[r] += xv.x * wv[j] + xv.y * wv[j + 1] + xv.z * wv[j + 2] + xv.w * wv[j + 3];
+      }
+    }
+}
+
+// gate_up_kernel's result by streaming: unit u = (slot u / inter, row u % inter), its gate and
+// up rows together (R = 2, one x); a slot with id < 0 is skipped.
+template <typename W>
+__global__ void __launch_bounds__(k_stream_threads)
+    gate_up_stream_kernel(const float* __restrict__ x, const int32_t* __restrict__ ids, int top_k,
+                          const W* __restrict__ gate, const W* __restrict__ up, int64_t hidden,
+                          int64_t inter, int64_t slots, float* __restrict__ act,
+                          float* __restrict__ up_raw) {
+  constexpr int R = 2, B = 4, CH = 32 * k_vec<W> * B;
+  pdl_wait();
+  pdl_trigger();
+  const int64_t nw = int64_t{gridDim.x} * (k_stream_threads / 32), units = slots * inter;
+  const int64_t nc = (hidden + CH - 1) / CH, i0 = int64_t{threadIdx.x & 31} * k_vec<W>;
+  int64_t u = (int64_t{blockIdx.x} * k_stream_threads + threadIdx.x) / 32;
+  if (u >= units) return;  // uniform over the warp
+  auto rows = [&](int64_t v, const W* (&w)[R]) {
+    const int64_t e = __ldg(ids + v / inter);
+    const int64_t off = (e * inter + v % inter) * hidden;
+    w[0] = e < 0 ? nullptr : gate + off;
+    w[1] = e < 0 ? nullptr : up + off;
+  };
+  const W* w[R];
+  rows(u, w);
+  int64_t c = 0;
+  uint4 raw[R][B];
+  step_load<W, R, B>(w, hidden, i0, raw);
+  float acc[R] = {0.f, 0.f};
+  while (true) {
+    int64_t un = u, cn = c + 1;
+    const W* wn[R] = {w[0], w[1]};
+    if (cn == nc) {
+      cn = 0, un += nw;
+      if (un < units) rows(un, wn);
+    }
+    uint4 nxt[R][B];
+    if (un < units) step_load<W, R, B>(wn, hidden, i0 + cn * CH, nxt);
+    const int64_t s = u / inter;
+    const float* xt = x + (s / top_k) * hidden;
+    const float* xs[R] = {xt, xt};
+    step_use<W, R, B>(xs, w, hidden, i0 + c * CH, raw, acc);
+    if (c == nc - 1) {
+      const float gs = warp_sum(acc[0]), us = warp_sum(acc[1]);
+      const int64_t o = s * inter + u % inter;
+      if (w[0] && (threadIdx.x & 31) == 0) {
+        if (up_raw)  // gpt-oss: raw gate and up (moe_oss_act follows)
+          act[o] = gs, up_raw[o] = us;
+        else
+          act[o] = silu(gs) * us;
+      }
+      acc[0] = acc[1] = 0.f;
+    }
+    if (un >= units) break;
+    u = un, c = cn;
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      w[r] = wn[r];
+#pragma unroll
+      for (int b = 0; b < B; ++b) raw[r][b] = nxt[r][b];
+    }
+  }
+}
+
+// down_combine_kernel's result by streaming: unit u = output row (token u / hidden, row
+// u % hidden); its steps run over groups of R = 4 experts (k ascending), then the group's
+// chunks; o += w[t, k] * dot after each group, as down_combine_kernel sums.
+template <typename W>
+__global__ void __launch_bounds__(k_stream_threads)
+    down_stream_kernel(const float* __restrict__ act, const int32_t* __restrict__ ids,
+                       const float* __restrict__ wk, int top_k, const W* __restrict__ down,
+                       int64_t hidden, int64_t inter, int64_t n, bool accumulate,
+                       float* __restrict__ out) {
+  constexpr int R = 4, B = 2, CH = 32 * k_vec<W> * B;
+  const int64_t nw = int64_t{gridDim.x} * (k_stream_threads / 32), units = n * hidden;
+  const int64_t nc = (inter + CH - 1) / CH, i0 = int64_t{threadIdx.x & 31} * k_vec<W>;
+  const int ng = (top_k + R - 1) / R;
+  int64_t u = (int64_t{blockIdx.x} * k_stream_threads + threadIdx.x) / 32;
+  if (u >= units) {  // uniform over the warp
+    pdl_wait();
+    return pdl_trigger();
+  }
+  // Rows of group g of unit v: expert k = g * R + j of token v / hidden (null when k >= top_k
+  // or its id < 0).
+  auto rows = [&](int64_t v, int g, const W* (&w)[R]) {
+    const int64_t t = v / hidden, r = v % hidden;
+#pragma unroll
+    for (int j = 0; j < R; ++j) {
+      const int k = g * R + j;
+      const int64_t e = k < top_k ? __ldg(ids + t * top_k + k) : -1;
+      w[j] = e < 0 ? nullptr : down + (e * hidden + r) * inter;
+    }
+  };
+  // The first step's ids and weights are read before the grid dependency wait (while
+  // gate_up's last blocks run): both were final before gate_up started (routing or the slot
+  // bookkeeping and the miss fetch come before it), and gate_up waits for its predecessor before
+  // it triggers this launch. Only act (gate_up's output) and out need the wait.
+  const W* w[R];
+  rows(u, 0, w);
+  int64_t c = 0;
+  int g = 0;
+  uint4 raw[R][B];
+  step_load<W, R, B>(w, inter, i0, raw);
+  pdl_wait();
+  pdl_trigger();
+  float acc[R] = {0.f, 0.f, 0.f, 0.f}, o = 0.f;
+  while (true) {
+    int64_t un = u, cn = c + 1;
+    int gn = g;
+    const W* wn[R] = {w[0], w[1], w[2], w[3]};
+    if (cn == nc) {
+      cn = 0, ++gn;
+      if (gn == ng) gn = 0, un += nw;
+      if (un < units) rows(un, gn, wn);
+    }
+    uint4 nxt[R][B];
+    if (un < units) step_load<W, R, B>(wn, inter, i0 + cn * CH, nxt);
+    const int64_t t = u / hidden;
+    const float* at = act + (t * top_k + int64_t{g} * R) * inter;  // the group's first row
+    const float* xs[R] = {at, at + inter, at + 2 * inter, at + 3 * inter};
+    step_use<W, R, B>(xs, w, inter, i0 + c * CH, raw, acc);
+    if (c == nc - 1) {
+#pragma unroll
+      for (int j = 0; j < R; ++j) {
+        if (w[j]) o += wk[t * top_k + g * R + j] * warp_sum(acc[j]);
+        acc[j] = 0.f;
+      }
+      if (g == ng - 1) {
+        if ((threadIdx.x & 31) == 0) {
+          float* y = out + u;
+          *y = accumulate ? *y + o : o;
+        }
+        o = 0.f;
+      }
+    }
+    if (un >= units) break;
+    u = un, c = cn, g = gn;
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      w[r] = wn[r];
+#pragma unroll
+      for (int b = 0; b < B; ++b) raw[r][b] = nxt[r][b];
+    }
+  }
+}
+
 // out[t] = sum_k w[t, k] * d[row(t, k)], k ascending; row = slot_row[slot] or the slot itself.
 __global__ void combine_kernel(const float* __restrict__ d, const int32_t* __restrict__ slot_row,
                                const float* __restrict__ w, int top_k, int64_t hidden,
@@ -163,6 +356,30 @@ __global__ void gather_kernel(const float* __restrict__ x, const int32_t* __rest
 }
 
 // ---- launchers
+// Blocks for a streaming kernel K over `units` warp units: every SM full (K's occupancy), fewer
+// when there are fewer units than resident warps.
+template <auto K>
+unsigned stream_grid(int64_t units) {
+  static const int64_t resident = [] {
+    int dev = 0, sms = 0, per_sm = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, K, k_stream_threads, 0));
+    return int64_t{sms} * std::max(per_sm, 1);
+  }();
+  constexpr int64_t warps = k_stream_threads / 32;
+  return static_cast<unsigned>(std::min((units + warps - 1) / warps, resident));
+}
+
+// FT_MOE_STREAM=0: the block-per-8-rows kernels instead of the streaming ones (A/B runs).
+bool stream_kernels() {
+  static const bool on = [] {
+    const char* v = std::getenv("FT_MOE_STREAM");
+    return !v || std::strcmp(v, "0") != 0;
+  }();
+  return on;
+}
+
 void decode(const DeviceExperts& e, const MoeArgs& a, MoeWorkspace& ws) {
   const int64_t slots = a.n * a.top_k, H = e.hidden, I = e.inter;
   float* act = ws.act.as<float>();
@@ -182,7 +399,11 @@ void decode(const DeviceExperts& e, const MoeArgs& a, MoeWorkspace& ws) {
     const bool vec_d = vec_ok<W>(e.down, I) && I % 4 == 0;  // act rows: ld I, cudaMalloc'd
     const bool st_gu = vec_gu && H * sizeof(float) <= k_stage_smem;
     const size_t sm_gu = st_gu ? H * sizeof(float) : 0;
-    if (vec_gu)
+    if (vec_gu && stream_kernels())
+      launch_kernel(gate_up_stream_kernel<W>,
+                    dim3(stream_grid<gate_up_stream_kernel<W>>(slots * I)),
+                    dim3(k_stream_threads), 0, a.x, a.ids, k, g, u, H, I, slots, act, up_raw);
+    else if (vec_gu)
       launch_kernel(gate_up_kernel<W, true>, grid_gu, block, sm_gu, a.x, a.ids, k, g, u, H, I,
                     st_gu, act, up_raw);
     else
@@ -191,7 +412,11 @@ void decode(const DeviceExperts& e, const MoeArgs& a, MoeWorkspace& ws) {
     if (a.oss) moe_oss_act(*a.oss, act, up_raw, slots, I, nullptr);
     const bool st_d = vec_d && a.top_k * I * sizeof(float) <= k_stage_smem;
     const size_t sm_d = st_d ? a.top_k * I * sizeof(float) : 0;
-    if (vec_d)
+    if (vec_d && stream_kernels())
+      launch_kernel(down_stream_kernel<W>, dim3(stream_grid<down_stream_kernel<W>>(a.n * H)),
+                    dim3(k_stream_threads), 0, act, a.ids, a.weights, k, dn, H, I, a.n,
+                    a.accumulate, a.out);
+    else if (vec_d)
       launch_kernel(down_combine_kernel<W, true>, grid_d, block, sm_d, act, a.ids, a.weights, k,
                     dn, H, I, a.accumulate, st_d, a.out);
     else
