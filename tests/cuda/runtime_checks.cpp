@@ -58,7 +58,7 @@ Bf16 bf16_rand(size_t n, uint32_t seed, float scale) {
 std::string check_gemv_multi() {
   std::string err;
   ThreadPool pool(2, false);
-  for (int64_t cols : {64, 200, 7})
+  for (int64_t cols : {64, 200, 7, 4096})  // 4096: two dot_load batches per lane
     for (int64_t n : {1, 2, 4}) {
       const int64_t rows[3] = {37, 16, 9};
       std::vector<Bf16> w;

@@ -7,7 +7,8 @@
 // the last block of a (token, head) to finish (a counter per pair, reset by that block) merges
 // them, so a step is one launch with a grid fixed by max_splits (graph-capturable; blocks past
 // the token's length exit at once). Per-token positions and sequences (pos/seq), optional
-// per-head sink logits and a sliding window.
+// per-head sink logits and a sliding window. Before its PDL wait a block reads pos/seq and
+// prefetches its chunk's first K/V rows into L2, so the cache reads overlap qk_rope_store.
 #include <cuda_bf16.h>
 
 #include "backend/cuda/common.cuh"
@@ -21,6 +22,25 @@ constexpr int k_warps = 16;
 template <int DPL>
 constexpr int k_keys = DPL <= 4 ? 8 : 4;
 
+// Keys of a chunk whose K/V rows a block prefetches into L2 before its dependency wait (one
+// k_attention_split_keys chunk; bounded so long contexts do not flush L2).
+constexpr int64_t k_prefetch_keys = 512;
+
+// prefetch.global.L2 of K and V rows [r0, r1) (row r at k + r * ld, hd elements) by the block.
+// Always safe: L2 is the point of coherence, so a row the previous kernel still writes (the new
+// key) is read correctly after pdl_wait() whether or not it was prefetched.
+template <typename T>
+__device__ __forceinline__ void prefetch_rows(const T* k, const T* v, int64_t ld, int64_t hd,
+                                              int64_t r0, int64_t r1) {
+  const int64_t lines = (hd * int64_t{sizeof(T)} + 127) / 128, per = 2 * lines;
+  for (int64_t i = threadIdx.x; i < (r1 - r0) * per; i += blockDim.x) {
+    const int64_t r = r0 + i / per, part = i % per;
+    const T* row = (part < lines ? k : v) + r * ld;
+    const char* at = reinterpret_cast<const char*>(row) + (part % lines) * 128;
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(at));
+  }
+}
+
 __device__ __forceinline__ float ld(const float* p) { return *p; }
 __device__ __forceinline__ float ld(const __nv_bfloat16* p) { return __bfloat162float(*p); }
 
@@ -29,12 +49,12 @@ __device__ __forceinline__ float ld(const __nv_bfloat16* p) { return __bfloat162
 template <typename T, int DPL>
 __global__ void __launch_bounds__(32 * k_warps)
     decode_kernel(const __grid_constant__ AttentionArgs a) {
-  pdl_wait();
-  pdl_trigger();
   const int64_t h = blockIdx.x, t = blockIdx.y, split = blockIdx.z;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t hd = a.head_dim, g = h / (a.n_heads / a.n_kv_heads);
   const int64_t kv_dim = a.n_kv_heads * hd, q_dim = a.n_heads * hd;
+  // pos / seq are host copies made before a pass's first kernel (the runtime never writes them
+  // from a kernel), so they are read before the wait.
   const int64_t pos = a.pos ? a.pos[t] : a.pos0 + t;
   const int64_t k_lo = a.window > 0 ? max(int64_t{0}, pos - a.window + 1) : 0, k_hi = pos + 1;
   // Chunks of k_attention_split_keys keys, longer when max_splits would not cover the length.
@@ -44,9 +64,15 @@ __global__ void __launch_bounds__(32 * k_warps)
       split_on ? max(k_attention_split_keys, (len + a.split.max_splits - 1) / a.split.max_splits)
                : len;
   const int64_t used = (len + chunk - 1) / chunk;
-  if (split >= used) return;  // a chunk past this token's keys
   const int64_t c0 = k_lo + split * chunk, c1 = min(k_hi, c0 + chunk);
   const int64_t cache0 = a.seq ? a.seq[t] * a.seq_stride : 0;
+  if (split < used)  // the chunk's first K/V rows into L2 while the previous kernel runs
+    prefetch_rows(static_cast<const T*>(a.k_cache) + cache0 + g * hd,
+                  static_cast<const T*>(a.v_cache) + cache0 + g * hd, kv_dim, hd, c0,
+                  min(c1, c0 + k_prefetch_keys));
+  pdl_wait();
+  pdl_trigger();
+  if (split >= used) return;  // a chunk past this token's keys
   const float* q = a.q + t * q_dim + h * hd;
   float qr[DPL], acc[DPL];
 #pragma unroll

@@ -21,54 +21,94 @@ __device__ __forceinline__ void store_kv(void* row, int64_t d, float x, bool bf1
 }
 
 // ---- kernels
-// Units per token: n_heads q heads, then n_kv_heads k heads, then n_kv_heads v heads.
+// Units per token: n_heads q heads, then n_kv_heads k heads, then n_kv_heads v heads. A lane
+// holds dims lane + 32 j. The norm weights, position, sequence and cos/sin rows are loaded
+// before the dependency wait; after it, the head's values in one round of loads.
 __global__ void __launch_bounds__(32 * k_warps) qk_rope_kernel(const __grid_constant__ QkRopeArgs a) {
+  constexpr int P = k_max_head / 32, C = k_max_head / 64;  // dims / rotation pairs per lane
   __shared__ float buf[k_warps][k_max_head];
-  pdl_wait();
-  pdl_trigger();
   const int64_t t = blockIdx.y;
   const int64_t unit = blockIdx.x * int64_t{k_warps} + threadIdx.y;
   const int64_t units = a.n_heads + 2 * a.n_kv_heads;
-  if (unit >= units) return;
   const int lane = threadIdx.x;
-  const int64_t hd = a.head_dim, kvd = a.n_kv_heads * hd, pos = a.pos[t];
-  void* cache_row = nullptr;
-  const bool bf16 = a.kv_dtype == DType::BF16;
-  if (unit >= a.n_heads) {
-    const int64_t kvh = (unit - a.n_heads) % a.n_kv_heads;
-    const bool is_v = unit >= a.n_heads + a.n_kv_heads;
-    const int64_t at = a.seq[t] * a.seq_stride + pos * kvd + kvh * hd;
-    cache_row = bf16 ? static_cast<void*>(static_cast<__nv_bfloat16*>(is_v ? a.v_cache : a.k_cache) + at)
-                     : static_cast<void*>(static_cast<float*>(is_v ? a.v_cache : a.k_cache) + at);
-    if (is_v) {
-      const float* src = a.v + t * kvd + kvh * hd;
-      for (int64_t d = lane; d < hd; d += 32) store_kv(cache_row, d, src[d], bf16);
-      return;
-    }
+  const int64_t hd = a.head_dim, kvd = a.n_kv_heads * hd;
+  const bool valid = unit < units, is_q = unit < a.n_heads;
+  const bool is_v = unit >= a.n_heads + a.n_kv_heads;
+  const float* w = is_q ? a.q_norm : is_v ? nullptr : a.k_norm;
+  float wr[P];
+#pragma unroll
+  for (int j = 0; j < P; ++j) {
+    const int64_t d = lane + 32 * j;
+    wr[j] = valid && w && d < hd ? w[d] : 0.f;  // immutable: loaded before the wait
   }
-  const bool is_q = unit < a.n_heads;
-  float* v = is_q ? a.q + t * a.n_heads * hd + unit * hd : a.k + t * kvd + (unit - a.n_heads) * hd;
-  const float* w = is_q ? a.q_norm : a.k_norm;
+  // pos / seq are host copies made before a pass's first kernel (the runtime never writes them
+  // from a kernel), so they and the cos/sin rows are read before the wait too.
+  const int64_t pos = valid ? a.pos[t] : 0, sq = valid ? a.seq[t] : 0;
+  const int64_t half = a.rot_dim / 2;
+  float cs[C], sn[C];
+#pragma unroll
+  for (int j = 0; j < C; ++j) {
+    const int64_t i = lane + 32 * j;
+    const bool rot = valid && !is_v && i < half;
+    cs[j] = rot ? a.cos[pos * half + i] : 0.f;
+    sn[j] = rot ? a.sin[pos * half + i] : 0.f;
+  }
+  pdl_wait();
+  pdl_trigger();
+  if (!valid) return;
+  const int64_t kvh = is_q ? 0 : (unit - a.n_heads) % a.n_kv_heads;
+  float* v = is_q ? a.q + t * a.n_heads * hd + unit * hd : a.k + t * kvd + kvh * hd;
+  const float* src = is_v ? a.v + t * kvd + kvh * hd : v;
+  float val[P];
+#pragma unroll
+  for (int j = 0; j < P; ++j) {
+    const int64_t d = lane + 32 * j;
+    val[j] = d < hd ? src[d] : 0.f;
+  }
+  const bool bf16 = a.kv_dtype == DType::BF16;
+  void* cache_row = nullptr;
+  if (!is_q) {
+    const int64_t at = sq * a.seq_stride + pos * kvd + kvh * hd;
+    void* base = is_v ? a.v_cache : a.k_cache;
+    cache_row = bf16 ? static_cast<void*>(static_cast<__nv_bfloat16*>(base) + at)
+                     : static_cast<void*>(static_cast<float*>(base) + at);
+  }
+  if (is_v) {
+#pragma unroll
+    for (int j = 0; j < P; ++j)
+      if (lane + 32 * j < hd) store_kv(cache_row, lane + 32 * j, val[j], bf16);
+    return;
+  }
   float* s = buf[threadIdx.y];
   if (w) {
     float ss = 0.f;
-    for (int64_t d = lane; d < hd; d += 32) ss += v[d] * v[d];
+#pragma unroll
+    for (int j = 0; j < P; ++j) ss += val[j] * val[j];
     const float inv = rsqrtf(warp_sum(ss) / static_cast<float>(hd) + a.eps);
-    for (int64_t d = lane; d < hd; d += 32) s[d] = v[d] * inv * w[d];
+#pragma unroll
+    for (int j = 0; j < P; ++j)
+      if (lane + 32 * j < hd) s[lane + 32 * j] = val[j] * inv * wr[j];
   } else {
-    for (int64_t d = lane; d < hd; d += 32) s[d] = v[d];
+#pragma unroll
+    for (int j = 0; j < P; ++j)
+      if (lane + 32 * j < hd) s[lane + 32 * j] = val[j];
   }
   __syncwarp();
-  const int64_t half = a.rot_dim / 2;
-  for (int64_t i = lane; i < half; i += 32) {
-    const float c = a.cos[pos * half + i], sn = a.sin[pos * half + i];
+#pragma unroll
+  for (int j = 0; j < C; ++j) {
+    const int64_t i = lane + 32 * j;
+    if (i >= half) continue;
     const int64_t ia = a.interleaved ? 2 * i : i, ib = a.interleaved ? 2 * i + 1 : i + half;
     const float x1 = s[ia], x2 = s[ib];
-    v[ia] = x1 * c - x2 * sn;
-    v[ib] = x2 * c + x1 * sn;
-    if (cache_row) store_kv(cache_row, ia, v[ia], bf16), store_kv(cache_row, ib, v[ib], bf16);
+    const float ra = x1 * cs[j] - x2 * sn[j], rb = x2 * cs[j] + x1 * sn[j];
+    v[ia] = ra;
+    v[ib] = rb;
+    if (cache_row) store_kv(cache_row, ia, ra, bf16), store_kv(cache_row, ib, rb, bf16);
   }
-  for (int64_t d = a.rot_dim + lane; d < hd; d += 32) {
+#pragma unroll
+  for (int j = 0; j < P; ++j) {
+    const int64_t d = lane + 32 * j;
+    if (d < a.rot_dim || d >= hd) continue;
     v[d] = s[d];
     if (cache_row) store_kv(cache_row, d, s[d], bf16);
   }

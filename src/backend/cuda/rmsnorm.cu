@@ -6,17 +6,45 @@
 namespace ft::cuda {
 
 namespace {
+constexpr int k_batch = 4;  // elements a thread loads before using any (latency, not bandwidth)
+
+// Sum of squares of row[0..dim) over this thread's elements i0, i0 + stride, ...
+__device__ __forceinline__ float sum_squares(const float* row, int64_t dim, int64_t i0,
+                                             int64_t stride) {
+  float ss = 0.f;
+  for (int64_t i = i0; i < dim; i += stride * k_batch) {
+    float r[k_batch];
+#pragma unroll
+    for (int u = 0; u < k_batch; ++u) r[u] = i + u * stride < dim ? row[i + u * stride] : 0.f;
+#pragma unroll
+    for (int u = 0; u < k_batch; ++u) ss += r[u] * r[u];
+  }
+  return ss;
+}
+
+// out[i] = row[i] * inv * w[i] over the same elements (out may alias row).
+__device__ __forceinline__ void scale_row(const float* row, int64_t dim, int64_t i0, int64_t stride,
+                                          float inv, const float* __restrict__ w, float* out) {
+  for (int64_t i = i0; i < dim; i += stride * k_batch) {
+    float r[k_batch], g[k_batch];
+#pragma unroll
+    for (int u = 0; u < k_batch; ++u)
+      if (i + u * stride < dim) r[u] = row[i + u * stride], g[u] = w[i + u * stride];
+#pragma unroll
+    for (int u = 0; u < k_batch; ++u)
+      if (i + u * stride < dim) out[i + u * stride] = r[u] * inv * g[u];
+  }
+}
+
 // ---- kernels
 __global__ void rmsnorm_block_kernel(const float* x, int64_t dim, const float* __restrict__ w,
                                      float eps, float* y) {
   pdl_wait();
   pdl_trigger();
   const float* row = x + blockIdx.x * dim;
-  float* out = y + blockIdx.x * dim;
-  float ss = 0.f;
-  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) ss += row[i] * row[i];
+  const float ss = sum_squares(row, dim, threadIdx.x, blockDim.x);
   const float inv = rsqrtf(block_sum(ss) / static_cast<float>(dim) + eps);
-  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) out[i] = row[i] * inv * w[i];
+  scale_row(row, dim, threadIdx.x, blockDim.x, inv, w, y + blockIdx.x * dim);
 }
 
 constexpr int k_rows_per_block = 8;
@@ -28,11 +56,9 @@ __global__ void rmsnorm_warp_kernel(const float* x, int64_t n, int64_t dim,
   const int64_t r = blockIdx.x * int64_t{k_rows_per_block} + threadIdx.y;
   if (r >= n) return;
   const float* row = x + r * dim;
-  float* out = y + r * dim;
-  float ss = 0.f;
-  for (int64_t i = threadIdx.x; i < dim; i += 32) ss += row[i] * row[i];
+  const float ss = sum_squares(row, dim, threadIdx.x, 32);
   const float inv = rsqrtf(warp_sum(ss) / static_cast<float>(dim) + eps);
-  for (int64_t i = threadIdx.x; i < dim; i += 32) out[i] = row[i] * inv * w[i];
+  scale_row(row, dim, threadIdx.x, 32, inv, w, y + r * dim);
 }
 }  // namespace
 

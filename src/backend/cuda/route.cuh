@@ -1,6 +1,7 @@
 // route_token: softmax + top-k (+ renormalisation) of one token's router logits by one warp,
 // shared by route.cu's kernel and the router GEMV's fused tail (matmul.cu). Expert e lives in
-// lane e % 32, register slot e / 32; top-k is k rounds of a warp argmax.
+// lane e % 32, register slot e / 32 (PER slots per lane, compile time: a round of the top-k
+// scans only the slots that can hold experts); top-k is k rounds of a warp argmax.
 #pragma once
 #include "backend/cuda/common.cuh"
 
@@ -8,10 +9,12 @@ namespace ft::cuda {
 
 constexpr int k_route_max_per_lane = 16;  // n_experts <= 512
 
-// ids[0..top_k) / weights[0..top_k) of logits l[0..n_experts), called by all 32 lanes of a warp.
-__device__ __forceinline__ void route_token(const float* l, int n_experts, int top_k,
-                                            bool renormalize, int32_t* ids, float* weights) {
-  constexpr int k_max_per_lane = k_route_max_per_lane;
+// ids[0..top_k) / weights[0..top_k) of logits l[0..n_experts), called by all 32 lanes of a warp;
+// n_experts <= 32 * PER.
+template <int PER>
+__device__ __forceinline__ void route_token_per(const float* l, int n_experts, int top_k,
+                                                bool renormalize, int32_t* ids, float* weights) {
+  constexpr int k_max_per_lane = PER;
   const int lane = threadIdx.x & 31;
   float p[k_max_per_lane];
   float mx = -INFINITY;
@@ -62,6 +65,17 @@ __device__ __forceinline__ void route_token(const float* l, int n_experts, int t
     for (int k = 0; k < top_k; ++k) s += weights[k];
     for (int k = 0; k < top_k; ++k) weights[k] /= s;
   }
+}
+
+// route_token_per with the fewest slots per lane that hold n_experts (a uniform branch).
+__device__ __forceinline__ void route_token(const float* l, int n_experts, int top_k,
+                                            bool renormalize, int32_t* ids, float* weights) {
+  if (n_experts <= 32 * 4)
+    route_token_per<4>(l, n_experts, top_k, renormalize, ids, weights);
+  else if (n_experts <= 32 * 8)
+    route_token_per<8>(l, n_experts, top_k, renormalize, ids, weights);
+  else
+    route_token_per<k_route_max_per_lane>(l, n_experts, top_k, renormalize, ids, weights);
 }
 
 }  // namespace ft::cuda
