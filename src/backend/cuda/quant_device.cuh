@@ -194,12 +194,22 @@ FT_QD void code_words(const BlockQ3_K& b, int g, uint32_t (&u)[4], float& d, flo
   });
   d = h2f(b.d) * i2f(k3_scale(g, b.scales)), m = -4.f * d;
 }
+// Q4_K/Q5_K sub-block j's 6-bit scale and min (formats.h k4_scale_min) without a branch on j:
+// the 12 scale bytes as three words, byte j & 3 of each, then the j < 4 or j >= 4 packing.
+FT_QD void k4_sm(int j, const uint8_t* scales, float& sc, float& mn) {
+  const uint32_t sh = 8u * static_cast<uint32_t>(j & 3);
+  const uint32_t a = (ld32(scales) >> sh) & 0xffu, b = (ld32(scales + 4) >> sh) & 0xffu;
+  const uint32_t c = (ld32(scales + 8) >> sh) & 0xffu;
+  const bool lo = j < 4;
+  sc = i2f(static_cast<int>(lo ? a & 63u : (c & 0xfu) | (a >> 6) << 4));
+  mn = i2f(static_cast<int>(lo ? b & 63u : (c >> 4) | (b >> 6) << 4));
+}
 FT_QD void code_words(const BlockQ4_K& b, int g, uint32_t (&u)[4], float& d, float& m) {
   const int c = g >> 2, s = (g >> 1) & 1, l0 = 16 * (g & 1);
   words16(b.qs + 32 * c + l0, u, [&](uint32_t w, int) { return (w >> (4 * s)) & 0x0f0f0f0fu; });
-  int sc, mn;
-  k4_scale_min(2 * c + s, b.scales, &sc, &mn);
-  d = h2f(b.d) * i2f(sc), m = -h2f(b.dmin) * i2f(mn);
+  float sc, mn;
+  k4_sm(2 * c + s, b.scales, sc, mn);
+  d = h2f(b.d) * sc, m = -h2f(b.dmin) * mn;
 }
 FT_QD void code_words(const BlockQ5_K& b, int g, uint32_t (&u)[4], float& d, float& m) {
   const int c = g >> 2, s = (g >> 1) & 1, l0 = 16 * (g & 1);
@@ -209,9 +219,9 @@ FT_QD void code_words(const BlockQ5_K& b, int g, uint32_t (&u)[4], float& d, flo
     const uint32_t h = (qh[k] >> (2 * c + s)) & 0x01010101u;
     return ((w >> (4 * s)) & 0x0f0f0f0fu) | (h << 4);
   });
-  int sc, mn;
-  k4_scale_min(2 * c + s, b.scales, &sc, &mn);
-  d = h2f(b.d) * i2f(sc), m = -h2f(b.dmin) * i2f(mn);
+  float sc, mn;
+  k4_sm(2 * c + s, b.scales, sc, mn);
+  d = h2f(b.d) * sc, m = -h2f(b.dmin) * mn;
 }
 FT_QD void code_words(const BlockQ6_K& b, int g, uint32_t (&u)[4], float& d, float& m) {
   const int n = g >> 3, j = (g >> 1) & 3, l0 = 16 * (g & 1);

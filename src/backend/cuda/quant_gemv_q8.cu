@@ -245,8 +245,16 @@ struct SGeometry {
   static constexpr size_t kStageSmem = size_t{k_warps} * k_stages * kBuf;
 };
 
-// Activations for the streaming kernel: int8 codes [cols], then {dx, dx * sum(q)} per 16.
-size_t sact_smem(int64_t cols) { return static_cast<size_t>(cols + cols / 2); }
+// Activations for the streaming kernel: int8 codes, then {dx, dx * sum(q)}, per 16-group in
+// the order sgroup_pos gives (groups rounded up to whole 64s).
+__host__ __device__ inline int64_t sgroups(int64_t cols) { return (cols / 16 + 63) / 64 * 64; }
+size_t sact_smem(int64_t cols) { return static_cast<size_t>(sgroups(cols) * 24); }
+// Group gx's slot: in each run of 64 groups the even ones first, then the odd ones, so the lanes
+// of a warp reading pair (2 lane, 2 lane + 1) each touch consecutive 16-byte slots (no bank
+// conflicts); the pair's second group sits 32 slots after its first.
+__device__ __forceinline__ int64_t sgroup_pos(int64_t gx) {
+  return (gx & ~int64_t{63}) | (gx & 1) << 5 | ((gx >> 1) & 31);
+}
 
 __device__ __forceinline__ void cp_async16(uint32_t dst, const uint8_t* src, int n) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n)
@@ -258,13 +266,13 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
-// x (one token; with xu: silu(x) * xu) -> int8 q [cols] and {dx, dx * sum(q)} [cols / 16] in
-// smem, rounded as quantize_acts.
+// x (one token; with xu: silu(x) * xu) -> per 16-group (at sgroup_pos) int8 q and {dx, dx *
+// sum(q)} in smem, rounded as quantize_acts.
 __device__ __forceinline__ void quantize_acts_sums(const float* __restrict__ x,
                                                    const float* __restrict__ xu, int64_t cols,
                                                    uint8_t* xsm) {
   const int ng = static_cast<int>(cols / 16);
-  float2* ds = reinterpret_cast<float2*>(xsm + cols);
+  float2* ds = reinterpret_cast<float2*>(xsm + 16 * sgroups(cols));
   for (int g = threadIdx.x; g < ng; g += blockDim.x) {
     const float4* src = reinterpret_cast<const float4*>(x + 16 * int64_t{g});
     float4 f[4];
@@ -286,9 +294,10 @@ __device__ __forceinline__ void quantize_acts_sums(const float* __restrict__ x,
       wd[k] = (static_cast<uint32_t>(i0) & 0xffu) | (static_cast<uint32_t>(i1) & 0xffu) << 8 |
               (static_cast<uint32_t>(i2) & 0xffu) << 16 | (static_cast<uint32_t>(i3) & 0xffu) << 24;
     }
-    *reinterpret_cast<uint4*>(xsm + 16 * int64_t{g}) = make_uint4(wd[0], wd[1], wd[2], wd[3]);
+    const int64_t at = sgroup_pos(g);
+    *reinterpret_cast<uint4*>(xsm + 16 * at) = make_uint4(wd[0], wd[1], wd[2], wd[3]);
     const float dx = a * (1.f / 127.f);
-    ds[g] = make_float2(dx, dx * i2f(sq));
+    ds[at] = make_float2(dx, dx * i2f(sq));
   }
 }
 
@@ -367,7 +376,7 @@ __global__ void __launch_bounds__(k_threads, 3) qgemv_stream_kernel(const __grid
   __syncthreads();
   if (steps == 0) return;
 
-  const float2* dsm = reinterpret_cast<const float2*>(xsm + cols);
+  const float2* dsm = reinterpret_cast<const float2*>(xsm + 16 * sgroups(cols));
   int64_t cr = r0;  // compute cursor
   int cm = 0, cc = 0;
   while (cm + 1 < p.count && cr >= p.rows0[cm + 1]) ++cm;
@@ -380,21 +389,27 @@ __global__ void __launch_bounds__(k_threads, 3) qgemv_stream_kernel(const __grid
     const int nbc = static_cast<int>(nb - b0 < CB ? nb - b0 : CB);
     const uint8_t* src = p.w[cm] + eoff + (cr - p.rows0[cm]) * p.row_bytes + b0 * BB;
     const uint8_t* buf = wbuf + (step % S) * BUF + (reinterpret_cast<uintptr_t>(src) & 15);
-    // One pair of groups (gi, gi + 1): their codes dotted with the activations.
-    auto pair = [&](int gi) {
+    // Lane pair ii: groups gi = 2 (lane + 32 ii) and gi + 1 of the chunk, block gi / G; their
+    // activations sit at slot b0 G + 64 ii + lane and 32 after it (sgroup_pos).
+    constexpr int kBlkStep = 64 / G;  // blocks between a lane's pairs
+    const int gl = 2 * lane, bl = gl / G, g0 = gl - bl * G;
+    const uint8_t* bk0 = buf + bl * BB;
+    const int xg = static_cast<int>(b0) * G + lane;
+    const uint8_t* xq = xsm + 16 * xg;
+    const float2* xd = dsm + xg;
+    auto pair = [&](int ii) {
       uint32_t u0[4], u1[4];
       float d0, m0, d1, m1;
-      const int blk = gi / G;
+      const uint8_t* bk = bk0 + ii * kBlkStep * BB;
       if constexpr (G == 1) {  // 16-element blocks: the pair is two blocks
-        code_words(*reinterpret_cast<const Block*>(buf + blk * BB), 0, u0, d0, m0);
-        code_words(*reinterpret_cast<const Block*>(buf + (blk + 1) * BB), 0, u1, d1, m1);
+        code_words(*reinterpret_cast<const Block*>(bk), 0, u0, d0, m0);
+        code_words(*reinterpret_cast<const Block*>(bk + BB), 0, u1, d1, m1);
       } else {
-        code_pair(*reinterpret_cast<const Block*>(buf + blk * BB), gi - blk * G, u0, u1, d0, m0, d1, m1);
+        code_pair(*reinterpret_cast<const Block*>(bk), g0, u0, u1, d0, m0, d1, m1);
       }
-      const int64_t gx = b0 * G + gi;  // the activations' 16-group
-      const uint4 q0 = *reinterpret_cast<const uint4*>(xsm + 16 * gx);
-      const uint4 q1 = *reinterpret_cast<const uint4*>(xsm + 16 * gx + 16);
-      const float2 s0 = dsm[gx], s1 = dsm[gx + 1];
+      const uint4 q0 = *reinterpret_cast<const uint4*>(xq + 1024 * ii);
+      const uint4 q1 = *reinterpret_cast<const uint4*>(xq + 1024 * ii + 512);
+      const float2 s0 = xd[64 * ii], s1 = xd[64 * ii + 32];
       const int su0 = dot_u8s8(u0[3], q0.w, dot_u8s8(u0[2], q0.z, dot_u8s8(u0[1], q0.y, dot_u8s8(u0[0], q0.x, 0))));
       const int su1 = dot_u8s8(u1[3], q1.w, dot_u8s8(u1[2], q1.z, dot_u8s8(u1[1], q1.y, dot_u8s8(u1[0], q1.x, 0))));
       acc0 = fmaf(d0 * s0.x, i2f(su0), fmaf(m0, s0.y, acc0));
@@ -402,11 +417,11 @@ __global__ void __launch_bounds__(k_threads, 3) qgemv_stream_kernel(const __grid
     };
     if (nbc == CB) {
 #pragma unroll
-      for (int ii = 0; ii < Gm::kPairs; ++ii) pair(2 * (lane + 32 * ii));
+      for (int ii = 0; ii < Gm::kPairs; ++ii) pair(ii);
     } else {  // the row's last, partial chunk: whole pairs (G even; G == 1: nb even, see launch)
 #pragma unroll
       for (int ii = 0; ii < Gm::kPairs; ++ii)
-        if (2 * (lane + 32 * ii) < nbc * G) pair(2 * (lane + 32 * ii));
+        if (2 * (lane + 32 * ii) < nbc * G) pair(ii);
     }
     __syncwarp();
     if (++cc < nchunk) continue;
