@@ -380,5 +380,52 @@ TEST(QuantMatmul, GroupedMixedFormats) {
   }
 }
 
+// An MoE decode step: problems sharing one input (quantized once) next to ones with their own,
+// of one and of two tokens, and an FP8 one (f32 activations) in between.
+TEST(QuantMatmul, GroupedSharedInputs) {
+  ThreadPool pool(2);
+  const int64_t rows = 48, cols = 512;
+  QuantMatrix a = make_matrix(QuantType::Q4_K, rows, cols, 11);
+  QuantMatrix b = make_matrix(QuantType::Q8_0, rows, cols, 12);
+  QuantMatrix c = make_matrix(QuantType::MXFP4, rows, cols, 13);
+  auto w8 = randn(rows * cols, 14, 0.1f);
+  std::vector<uint8_t> q8(rows * cols);
+  std::vector<float> s8(quant::fp8_b128_scale_count(rows, cols)), deq8(rows * cols);
+  quant::quantize_fp8_b128(w8.data(), rows, cols, q8.data(), s8.data());
+  quant::dequantize_fp8_b128(q8.data(), s8.data(), rows, cols, deq8.data());
+  TensorView v8;
+  v8.dtype = DType::F8_E4M3_B128;
+  v8.ndim = 2;
+  v8.shape = {rows, cols, 1, 1};
+  v8.data = q8.data();
+  v8.scale_inv = s8.data();
+  auto x = randn(2 * cols, 41), x2 = randn(cols, 42);
+  const TensorView va = a.view(), vb = b.view(), vc = c.view();
+  std::vector<float> y[6];
+  for (auto& v : y) v.assign(2 * rows, 0.f);
+  const ops::GemmProblem ps[] = {{x.data(), 1, &va, y[0].data()}, {x.data(), 1, &v8, y[1].data()},
+                                 {x.data(), 1, &vb, y[2].data()}, {x2.data(), 1, &vc, y[3].data()},
+                                 {x.data(), 2, &vc, y[4].data()}, {x.data(), 1, &vc, y[5].data()}};
+  ops::matmul_grouped(pool, ps);
+  auto check = [&](const QuantMatrix& m, const float* xs, const std::vector<float>& yv, int64_t n) {
+    for (int64_t t = 0; t < n; ++t)
+      for (int64_t r = 0; r < rows; ++r) {
+        double ref, bound;
+        reference(m, xs, t, r, &ref, &bound);
+        ASSERT_NEAR(yv[t * rows + r], ref, bound + 1e-4 * std::fabs(ref) + 1e-5) << quant::name(m.t);
+      }
+  };
+  check(a, x.data(), y[0], 1);
+  check(b, x.data(), y[2], 1);
+  check(c, x2.data(), y[3], 1);
+  check(c, x.data(), y[4], 2);
+  check(c, x.data(), y[5], 1);
+  for (int64_t r = 0; r < rows; ++r) {
+    double ref = 0;
+    for (int64_t i = 0; i < cols; ++i) ref += double(deq8[r * cols + i]) * x[i];
+    ASSERT_NEAR(y[1][r], ref, 1e-4);
+  }
+}
+
 }  // namespace
 }  // namespace ft
