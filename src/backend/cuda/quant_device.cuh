@@ -60,17 +60,19 @@ FT_QD uint32_t fshr(uint32_t lo, uint32_t hi, uint32_t sh) {
 #endif
 }
 // 4 bytes at any address: the two enclosing aligned words funnel-shifted (block fields sit at
-// any byte offset; every buffer read this way has 4 readable bytes after the last block).
+// any byte offset; every buffer read this way has 4 readable bytes after the last block). The
+// aligned address is p minus its misalignment, not an integer cast back to a pointer, so the
+// compiler keeps p's address space (shared-memory loads stay LDS, not generic loads).
 FT_QD uint32_t ld32(const uint8_t* p) {
-  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
-  const uint32_t* q = reinterpret_cast<const uint32_t*>(a & ~uintptr_t{3});
-  return fshr(q[0], q[1], static_cast<uint32_t>(a & 3) * 8);
+  const uint32_t mis = static_cast<uint32_t>(reinterpret_cast<uintptr_t>(p) & 3);
+  const uint32_t* q = reinterpret_cast<const uint32_t*>(p - mis);
+  return fshr(q[0], q[1], mis * 8);
 }
 // 16 bytes at any address as four words: the five enclosing aligned words funnel-shifted.
 FT_QD void ld128(const uint8_t* p, uint32_t (&u)[4]) {
-  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
-  const uint32_t* q = reinterpret_cast<const uint32_t*>(a & ~uintptr_t{3});
-  const uint32_t sh = static_cast<uint32_t>(a & 3) * 8, w4 = q[4];
+  const uint32_t mis = static_cast<uint32_t>(reinterpret_cast<uintptr_t>(p) & 3);
+  const uint32_t* q = reinterpret_cast<const uint32_t*>(p - mis);
+  const uint32_t sh = mis * 8, w4 = q[4];
   uint32_t w[4];
 #pragma unroll
   for (int k = 0; k < 4; ++k) w[k] = q[k];
@@ -275,6 +277,32 @@ FT_QD void code_pair(const Block& b, int g, uint32_t (&u0)[4], uint32_t (&u1)[4]
                      float& m0, float& d1, float& m1) {
   code_words(b, g, u0, d0, m0);
   code_words(b, g + 1, u1, d1, m1);
+}
+// Q4_K/Q5_K: the pair is one 32-element sub-block (c, s): one scale/min decode for both.
+FT_QD void code_pair(const BlockQ4_K& b, int g, uint32_t (&u0)[4], uint32_t (&u1)[4], float& d0,
+                     float& m0, float& d1, float& m1) {
+  const int c = g >> 2, s = (g >> 1) & 1;
+  words16(b.qs + 32 * c, u0, [&](uint32_t w, int) { return (w >> (4 * s)) & 0x0f0f0f0fu; });
+  words16(b.qs + 32 * c + 16, u1, [&](uint32_t w, int) { return (w >> (4 * s)) & 0x0f0f0f0fu; });
+  float sc, mn;
+  k4_sm(2 * c + s, b.scales, sc, mn);
+  d0 = d1 = h2f(b.d) * sc, m0 = m1 = -h2f(b.dmin) * mn;
+}
+FT_QD void code_pair(const BlockQ5_K& b, int g, uint32_t (&u0)[4], uint32_t (&u1)[4], float& d0,
+                     float& m0, float& d1, float& m1) {
+  const int c = g >> 2, s = (g >> 1) & 1;
+  uint32_t h0[4], h1[4];
+  ld128(b.qh, h0);
+  ld128(b.qh + 16, h1);
+  words16(b.qs + 32 * c, u0, [&](uint32_t w, int k) {
+    return ((w >> (4 * s)) & 0x0f0f0f0fu) | ((h0[k] >> (2 * c + s)) & 0x01010101u) << 4;
+  });
+  words16(b.qs + 32 * c + 16, u1, [&](uint32_t w, int k) {
+    return ((w >> (4 * s)) & 0x0f0f0f0fu) | ((h1[k] >> (2 * c + s)) & 0x01010101u) << 4;
+  });
+  float sc, mn;
+  k4_sm(2 * c + s, b.scales, sc, mn);
+  d0 = d1 = h2f(b.d) * sc, m0 = m1 = -h2f(b.dmin) * mn;
 }
 FT_QD void code_pair(const BlockMXFP4& b, int, uint32_t (&u0)[4], uint32_t (&u1)[4], float& d0,
                      float& m0, float& d1, float& m1) {
