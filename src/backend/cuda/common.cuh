@@ -249,12 +249,12 @@ __device__ __forceinline__ void warp_dot_partial_pre(const float* __restrict__ x
   }
 }
 
-// One lane's batch of R rows' weight vectors (16 / R per row) at i0, i0 + 32V, ...; a null
-// w[r] is skipped.
-template <typename W, int R>
+// One lane's batch of R rows' weight vectors (B per row, 16 / R by default) at i0, i0 + 32V,
+// ...; a null w[r] is skipped.
+template <typename W, int R, int B = 16 / R>
 __device__ __forceinline__ void rows_load(const W* const (&w)[R], int64_t cols, int64_t i0,
-                                          uint4 (&raw)[R][16 / R]) {
-  constexpr int V = k_vec<W>, B = 16 / R;
+                                          uint4 (&raw)[R][B]) {
+  constexpr int V = k_vec<W>;
 #pragma unroll
   for (int r = 0; r < R; ++r)
 #pragma unroll
@@ -265,11 +265,11 @@ __device__ __forceinline__ void rows_load(const W* const (&w)[R], int64_t cols, 
 }
 
 // acc[r] += the batch loaded by rows_load at i0, dotted with x[r].
-template <typename W, int R>
+template <typename W, int R, int B = 16 / R>
 __device__ __forceinline__ void rows_use(const float* const (&x)[R], const W* const (&w)[R],
-                                         int64_t cols, int64_t i0, const uint4 (&raw)[R][16 / R],
+                                         int64_t cols, int64_t i0, const uint4 (&raw)[R][B],
                                          float (&acc)[R]) {
-  constexpr int V = k_vec<W>, B = 16 / R;
+  constexpr int V = k_vec<W>;
 #pragma unroll
   for (int r = 0; r < R; ++r)
 #pragma unroll

@@ -127,42 +127,6 @@ __global__ void down_combine_kernel(const float* __restrict__ act, const int32_t
 // m * 32 * V, m ascending), so the sums are the same.
 constexpr int k_stream_threads = 128;
 
-// raw[r][b] = w[r][i0 + b * 32V] (those < cols; a null row is skipped).
-template <typename W, int R, int B>
-__device__ __forceinline__ void step_load(const W* const (&w)[R], int64_t cols, int64_t i0,
-                                          uint4 (&raw)[R][B]) {
-  constexpr int V = k_vec<W>;
-#pragma unroll
-  for (int r = 0; r < R; ++r)
-#pragma unroll
-    for (int b = 0; b < B; ++b) {
-      const int64_t i = i0 + int64_t{b} * 32 * V;
-      if (w[r] && i < cols) raw[r][b] = ldg_stream(w[r] + i);
-    }
-}
-
-// acc[r] += the step loaded by step_load at i0, dotted with x[r].
-template <typename W, int R, int B>
-__device__ __forceinline__ void step_use(const float* const (&x)[R], const W* const (&w)[R],
-                                         int64_t cols, int64_t i0, const uint4 (&raw)[R][B],
-                                         float (&acc)[R]) {
-  constexpr int V = k_vec<W>;
-#pragma unroll
-  for (int r = 0; r < R; ++r)
-#pragma unroll
-    for (int b = 0; b < B; ++b) {
-      const int64_t i = i0 + int64_t{b} * 32 * V;
-      if (!w[r] || i >= cols) continue;
-      float wv[V];
-      unpack_vec(raw[r][b], wv, w[r]);
-#pragma unroll
-      for (int j = 0; j < V; j += 4) {
-        const float4 xv = *reinterpret_cast<const float4*>(x[r] + i + j);
-        acc[r] += xv.x * wv[j] + xv.y * wv[j + 1] + xv.z * wv[j + 2] + xv.w * wv[j + 3];
-      }
-    }
-}
-
 // gate_up_kernel's result by streaming: unit u = (slot u / inter, row u % inter), its gate and
 // up rows together (R = 2, one x); a slot with id < 0 is skipped.
 template <typename W>
@@ -188,7 +152,7 @@ __global__ void __launch_bounds__(k_stream_threads)
   rows(u, w);
   int64_t c = 0;
   uint4 raw[R][B];
-  step_load<W, R, B>(w, hidden, i0, raw);
+  rows_load<W, R, B>(w, hidden, i0, raw);
   float acc[R] = {0.f, 0.f};
   while (true) {
     int64_t un = u, cn = c + 1;
@@ -198,11 +162,11 @@ __global__ void __launch_bounds__(k_stream_threads)
       if (un < units) rows(un, wn);
     }
     uint4 nxt[R][B];
-    if (un < units) step_load<W, R, B>(wn, hidden, i0 + cn * CH, nxt);
+    if (un < units) rows_load<W, R, B>(wn, hidden, i0 + cn * CH, nxt);
     const int64_t s = u / inter;
     const float* xt = x + (s / top_k) * hidden;
     const float* xs[R] = {xt, xt};
-    step_use<W, R, B>(xs, w, hidden, i0 + c * CH, raw, acc);
+    rows_use<W, R, B>(xs, w, hidden, i0 + c * CH, raw, acc);
     if (c == nc - 1) {
       const float gs = warp_sum(acc[0]), us = warp_sum(acc[1]);
       const int64_t o = s * inter + u % inter;
@@ -263,7 +227,7 @@ __global__ void __launch_bounds__(k_stream_threads)
   int64_t c = 0;
   int g = 0;
   uint4 raw[R][B];
-  step_load<W, R, B>(w, inter, i0, raw);
+  rows_load<W, R, B>(w, inter, i0, raw);
   pdl_wait();
   pdl_trigger();
   float acc[R] = {0.f, 0.f, 0.f, 0.f}, o = 0.f;
@@ -277,11 +241,11 @@ __global__ void __launch_bounds__(k_stream_threads)
       if (un < units) rows(un, gn, wn);
     }
     uint4 nxt[R][B];
-    if (un < units) step_load<W, R, B>(wn, inter, i0 + cn * CH, nxt);
+    if (un < units) rows_load<W, R, B>(wn, inter, i0 + cn * CH, nxt);
     const int64_t t = u / hidden;
     const float* at = act + (t * top_k + int64_t{g} * R) * inter;  // the group's first row
     const float* xs[R] = {at, at + inter, at + 2 * inter, at + 3 * inter};
-    step_use<W, R, B>(xs, w, inter, i0 + c * CH, raw, acc);
+    rows_use<W, R, B>(xs, w, inter, i0 + c * CH, raw, acc);
     if (c == nc - 1) {
 #pragma unroll
       for (int j = 0; j < R; ++j) {
