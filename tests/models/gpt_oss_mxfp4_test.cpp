@@ -18,6 +18,8 @@
 namespace ft {
 namespace {
 
+using test::worst_row_ratio;
+
 const std::string k_fixture = std::string(FT_FIXTURES) + "/gpt_oss_mxfp4";
 
 struct Reference {
@@ -30,20 +32,6 @@ struct Reference {
   }
   const float* logits(const std::string& name) const { return files.get(name).as<float>(); }
 };
-
-// max over rows of max|a - b| / max|b|.
-float worst_row_ratio(const float* a, const float* b, int64_t rows, int64_t V) {
-  float worst = 0;
-  for (int64_t r = 0; r < rows; ++r) {
-    float md = 0, mr = 0;
-    for (int64_t i = 0; i < V; ++i) {
-      md = std::max(md, std::fabs(a[r * V + i] - b[r * V + i]));
-      mr = std::max(mr, std::fabs(b[r * V + i]));
-    }
-    worst = std::max(worst, md / mr);
-  }
-  return worst;
-}
 
 int32_t argmax(const float* v, int64_t n) {
   return static_cast<int32_t>(std::max_element(v, v + n) - v);

@@ -32,6 +32,7 @@ namespace {
 namespace fs = std::filesystem;
 using test::TempDir;
 using test::all_logits;
+using test::worst_row_ratio;
 
 const std::string k_fixture = std::string(FT_FIXTURES) + "/gpt_oss";
 
@@ -41,20 +42,6 @@ std::vector<int32_t> prompt_ids() {
   std::vector<int32_t> ids(t.numel());
   for (int64_t i = 0; i < t.numel(); ++i) ids[i] = static_cast<int32_t>(t.as<int64_t>()[i]);
   return ids;
-}
-
-// max over rows of max|a - b| / max|b|.
-float worst_row_ratio(const std::vector<float>& a, const std::vector<float>& b, int64_t V) {
-  float worst = 0;
-  for (size_t r = 0; r < a.size() / V; ++r) {
-    float md = 0, mr = 0;
-    for (int64_t i = 0; i < V; ++i) {
-      md = std::max(md, std::fabs(a[r * V + i] - b[r * V + i]));
-      mr = std::max(mr, std::fabs(b[r * V + i]));
-    }
-    worst = std::max(worst, md / mr);
-  }
-  return worst;
 }
 
 nlohmann::json fixture_config() {

@@ -1,6 +1,9 @@
 // Test helpers: a model's logits and next-token log-probabilities at every position of a token
-// sequence (one CPU prefill in chunks of `chunk`), the input of the parity and KL checks.
+// sequence (one CPU prefill in chunks of `chunk`), the input of the parity and KL checks, and
+// the per-row logit error ratio the fixture tests bound.
 #pragma once
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
@@ -38,6 +41,23 @@ inline std::vector<float> log_probs(const Model& m, const std::vector<int32_t>& 
 inline std::vector<float> log_probs(const Model& m, const std::vector<int32_t>& ids) {
   ThreadPool pool(2, false);
   return log_probs(m, ids, pool);
+}
+
+// max over the rows of max|a - b| / max|b| ([rows, V] each): the fixtures' logit tolerance.
+inline float worst_row_ratio(const float* a, const float* b, int64_t rows, int64_t V) {
+  float worst = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    float md = 0, mr = 0;
+    for (int64_t i = 0; i < V; ++i) {
+      md = std::max(md, std::fabs(a[r * V + i] - b[r * V + i]));
+      mr = std::max(mr, std::fabs(b[r * V + i]));
+    }
+    worst = std::max(worst, md / mr);
+  }
+  return worst;
+}
+inline float worst_row_ratio(const std::vector<float>& a, const std::vector<float>& b, int64_t V) {
+  return worst_row_ratio(a.data(), b.data(), static_cast<int64_t>(a.size()) / V, V);
 }
 
 }  // namespace ft::test
