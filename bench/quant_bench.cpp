@@ -6,7 +6,8 @@
 // 8 per matmul_grouped call, 1 token each); --rows fixes the row count of the one big matrix.
 // Also prints the pool's fork-join latency and the CPU count it sized itself by.
 // Usage: quant_bench [--mib 1024] [--cols 4096] [--rows 0] [--experts 0] [--threads 0]
-//                    [--gemm 1] [--formats Q4_K,Q8_0,...]   (FT_ISA=avx2|scalar to compare)
+//                    [--gemm 1] [--reps 5] [--formats Q4_K,Q8_0,...]   (FT_ISA=avx2|scalar to compare)
+// "/ DRAM (paired)" is the median over --reps of GEMV / a streaming read timed just before it.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -60,14 +61,11 @@ struct Rate {
 // Also with 4 interleaved streams per task, which keeps more cache misses in flight per core
 // (a single stream is latency-bound on many-core Xeons); the larger of the two is the DRAM
 // reference, so the GEMV percentages do not flatter the kernels.
-Rate read_bandwidth(ThreadPool& pool, size_t bytes, bool four_streams) {
-  std::vector<float> buf(bytes / sizeof(float), 1.f);
+Times read_once(ThreadPool& pool, const std::vector<float>& buf, bool four_streams) {
   const auto& k = cpu::kernels();
   const int64_t n = static_cast<int64_t>(buf.size()), chunk = 1 << 20;
-  Rate best;
-  for (int rep = 0; rep < 5; ++rep) {
-    std::vector<uint64_t> sink(pool.size() * 8, 0);
-    best.add(static_cast<double>(bytes), timed(pool.size(), [&] {
+  std::vector<uint64_t> sink(pool.size() * 8, 0);
+  return timed(pool.size(), [&] {
       pool.run((n + chunk - 1) / chunk, 4, [&](int64_t b0, int64_t b1) {
         if (four_streams) {  // the task's range in 4 quarters read side by side, as integers
           const auto* w = reinterpret_cast<const uint64_t*>(buf.data() + b0 * chunk);
@@ -89,13 +87,41 @@ Rate read_bandwidth(ThreadPool& pool, size_t bytes, bool four_streams) {
         }
         sink[0] += static_cast<uint64_t>(s * 0.f);
       });
-    }));
-  }
+  });
+}
+
+Rate read_bandwidth(ThreadPool& pool, const std::vector<float>& buf, bool four_streams) {
+  Rate best;
+  for (int rep = 0; rep < 5; ++rep)
+    best.add(static_cast<double>(buf.size() * sizeof(float)), read_once(pool, buf, four_streams));
   return best;
 }
 
+// Each GEMV repetition is paired with a streaming read just before it (4 streams per task, the
+// larger measure here): on a shared host the DRAM rate drifts within seconds, so the median of
+// the per-pair ratios is steadier than best GEMV over best read measured apart.
+struct Paired {
+  ThreadPool* pool;
+  const std::vector<float>* buf;
+  std::vector<double> ratios;
+  template <class Fn>
+  Times run(double amount, Fn fn) {
+    const Times b = read_once(*pool, *buf, true);
+    const Times t = timed(pool->size(), fn);
+    ratios.push_back((amount / t.wall) / (static_cast<double>(buf->size() * sizeof(float)) / b.wall));
+    return t;
+  }
+  double median() {
+    if (ratios.empty()) return 0;
+    std::sort(ratios.begin(), ratios.end());
+    const size_t m = ratios.size() / 2;
+    return ratios.size() % 2 ? ratios[m] : 0.5 * (ratios[m - 1] + ratios[m]);
+  }
+};
+
 struct Result {
   Rate gemv, gemm;  // bytes/s; flop/s
+  double paired = 0;  // median GEMV / DRAM over the paired repetitions
 };
 
 // Mean wall microseconds of one empty fork-join over every thread.
@@ -115,7 +141,9 @@ struct Options {
   int64_t cols = 4096, rows = 0, experts = 0;
   int threads = 0;
   bool gemm = true;
+  int reps = 5;  // GEMV repetitions, each paired with a DRAM read (Paired)
   std::string formats;
+  const std::vector<float>* read_buf = nullptr;
 };
 
 // A [rows, cols] matrix of type t: 128 quantized random rows tiled over ~mib MiB.
@@ -180,14 +208,20 @@ Result bench_type(ThreadPool& pool, quant::QuantType t, const Options& o) {
       }
     };
     layer();
-    for (int rep = 0; rep < 5; ++rep)
-      r.gemv.add(static_cast<double>(o.experts * o.rows * rb), timed(pool.size(), layer));
+    Paired pr{&pool, o.read_buf, {}};
+    const double amount = static_cast<double>(o.experts * o.rows * rb);
+    for (int rep = 0; rep < o.reps; ++rep) r.gemv.add(amount, pr.run(amount, layer));
+    r.paired = pr.median();
     return r;
   }
   ops::matmul(pool, x.data(), 1, v, y.data());  // warm: page in, scratch
-  for (int rep = 0; rep < 5; ++rep)
-    r.gemv.add(static_cast<double>(w.size()),
-               timed(pool.size(), [&] { ops::matmul(pool, x.data(), 1, v, y.data()); }));
+  {
+    Paired pr{&pool, o.read_buf, {}};
+    const double amount = static_cast<double>(w.size());
+    for (int rep = 0; rep < o.reps; ++rep)
+      r.gemv.add(amount, pr.run(amount, [&] { ops::matmul(pool, x.data(), 1, v, y.data()); }));
+    r.paired = pr.median();
+  }
   if (!o.gemm) return r;
   // batch of 64 tokens over the first 1/8 of the rows (a prefill-shaped GEMM)
   TensorView part = v;
@@ -203,7 +237,7 @@ int run(int argc, char** argv) {
   auto usage = [] {
     std::fprintf(stderr,
                  "usage: quant_bench [--mib 1024] [--cols 4096] [--rows 0] [--experts 0|N|auto] "
-                 "[--threads 0] [--gemm 1] [--formats Q4_K,Q8_0,...]\n");
+                 "[--threads 0] [--gemm 1] [--reps 5] [--formats Q4_K,Q8_0,...]\n");
     return 1;
   };
   if (argc % 2 == 0) return usage();  // a flag without its value, --help
@@ -216,6 +250,7 @@ int run(int argc, char** argv) {
       o.experts = std::string(argv[i + 1]) == "auto" ? -1 : std::strtoll(argv[i + 1], nullptr, 10);
     else if (a == "--threads") o.threads = std::atoi(argv[i + 1]);
     else if (a == "--gemm") o.gemm = std::atoi(argv[i + 1]) != 0;
+    else if (a == "--reps") o.reps = std::max(1, std::atoi(argv[i + 1]));
     else if (a == "--formats") o.formats = "," + std::string(argv[i + 1]) + ",";
     else
       return usage();
@@ -232,8 +267,10 @@ int run(int argc, char** argv) {
               "columns then)\n",
               aff_n, cpu_count(), getloadavg(load, 1) == 1 ? load[0] : -1.0);
   ThreadPool pool(threads);
-  const Rate bw1 = read_bandwidth(pool, size_t{1} << 30, false);
-  const Rate bw4 = read_bandwidth(pool, size_t{1} << 30, true);
+  const std::vector<float> read_buf((size_t{1} << 30) / sizeof(float), 1.f);
+  o.read_buf = &read_buf;
+  const Rate bw1 = read_bandwidth(pool, read_buf, false);
+  const Rate bw4 = read_bandwidth(pool, read_buf, true);
   const Rate bw{std::max(bw1.wall, bw4.wall), std::max(bw1.cpu, bw4.cpu)};
   std::printf("kernels: %s (quant table %s), %d threads, fork-join %.2f us\n", cpu::kernels().isa,
               cpu::quant_kernels().isa, pool.size(), fork_join_us(pool));
@@ -250,8 +287,8 @@ int run(int argc, char** argv) {
               bw.wall / 1e9, bw.cpu / 1e9, bw1.wall / 1e9, bw1.cpu / 1e9, bw4.wall / 1e9,
               bw4.cpu / 1e9);
   std::printf("| format | bits/weight | GEMV GB/s (wall) | / DRAM (wall) | GEMV GB/s (CPU) | / DRAM "
-              "(CPU) | Gweights/s (CPU) | 64-token GEMM GFLOP/s (CPU) |\n");
-  std::printf("|---|---|---|---|---|---|---|---|\n");
+              "(CPU) | Gweights/s (CPU) | 64-token GEMM GFLOP/s (CPU) | / DRAM (paired) |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|\n");
   for (quant::QuantType t : quant::all_types()) {
     if (t == quant::QuantType::F16) continue;
     if (!o.formats.empty() && o.formats.find("," + std::string(quant::name(t)) + ",") == std::string::npos)
@@ -260,10 +297,10 @@ int run(int argc, char** argv) {
     const double bits = t == quant::QuantType::FP8_E4M3_B128
                             ? 8.0
                             : 8.0 * quant::block_bytes(t) / quant::block_elems(t);
-    std::printf("| %s | %.2f | %.1f | %.0f%% | %.1f | %.0f%% | %.2f | %.1f |\n",
+    std::printf("| %s | %.2f | %.1f | %.0f%% | %.1f | %.0f%% | %.2f | %.1f | %.0f%% |\n",
                 std::string(quant::name(t)).c_str(), bits, r.gemv.wall / 1e9,
                 100.0 * r.gemv.wall / bw.wall, r.gemv.cpu / 1e9, 100.0 * r.gemv.cpu / bw.cpu,
-                r.gemv.cpu * 8 / bits / 1e9, r.gemm.cpu / 1e9);
+                r.gemv.cpu * 8 / bits / 1e9, r.gemm.cpu / 1e9, 100.0 * r.paired);
     std::fflush(stdout);
   }
   return 0;
