@@ -38,7 +38,7 @@ struct OffloadBenchOptions {
           kv_heads = 4, head_dim = 128, vocab = 151936;
   std::vector<int64_t> prompts = {512, 4096, 16384};
   std::vector<std::string> hybrid_budgets = {"8GiB"};
-  int64_t decode = 64, decode_prompt = 16, chunk = 4096;
+  int64_t decode = 64, decode_prompt = 16, chunk = 4096, warmup = 4;
   int threads = 0;
   bool graphs = true;
   std::string out;
@@ -176,7 +176,7 @@ Row run_budget(const OffloadBenchOptions& o, const Model& model, const HostExper
   int64_t capacity = 0, fit = 0;
   for (size_t i = 0; i <= prompts.size(); ++i) {
     const int64_t longest = i < prompts.size() ? prompts[i] : 0;
-    capacity = longest + o.decode_prompt + o.decode + 8;
+    capacity = longest + o.decode_prompt + o.warmup + o.decode + 8;
     MemoryRequest req = cuda_offload_request(model, host, capacity, o.chunk,
                                              budget == "all" ? free0 : parse_size(budget), 1,
                                              o.kv_dtype);
@@ -203,13 +203,13 @@ Row run_budget(const OffloadBenchOptions& o, const Model& model, const HostExper
     return ids;
   };
   std::vector<float> logits(c.vocab_size);
-  // Decode: a short prompt, 4 warm-up steps (the first captures the graph), then the measured
-  // steps.
+  // Decode: a short prompt, o.warmup warm-up steps (the first captures the graph; more let the
+  // expert cache reach its steady state), then the measured steps.
   const auto prompt = random_ids(o.decode_prompt);
   tf.forward(prompt.data(), o.decode_prompt, 0, logits.data(), false);
   int32_t next = argmax(logits.data(), static_cast<int64_t>(logits.size()));
   int64_t pos = o.decode_prompt;
-  for (int i = 0; i < 4; ++i, ++pos) {
+  for (int64_t i = 0; i < o.warmup; ++i, ++pos) {
     tf.forward(&next, 1, pos, logits.data(), false);
     next = argmax(logits.data(), static_cast<int64_t>(logits.size()));
   }
@@ -388,6 +388,9 @@ void declare_bench_offload(CLI::App& cmd) {
   cmd.add_option("--hybrid-budgets", o->hybrid_budgets,
                  "Budgets also run in HYBRID mode (decode; misses split PCIe/CPU; none: no rows)");
   cmd.add_option("--decode", o->decode, "Measured decode steps")->check(CLI::PositiveNumber);
+  cmd.add_option("--warmup", o->warmup,
+                 "Decode steps before the measured ones (the expert cache warms up)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   cmd.add_option("--chunk", o->chunk, "Prefill chunk (tokens per pass)")
       ->check(CLI::PositiveNumber);
   cmd.add_option("--graphs", o->graphs, "Replay decode steps as CUDA graphs (false: launch ops)");
