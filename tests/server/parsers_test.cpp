@@ -372,6 +372,29 @@ TEST(HarmonyParser, MalformedOutputIsContentWithoutMarkup) {
   EXPECT_EQ(p.content, "{\"a\":1}");
 }
 
+TEST(HarmonyParser, HeaderTokensInsideABodyAreDropped) {
+  // <|message|> / <|constrain|> where a body is expected (a glitch, or a header too long to be
+  // one) never reach the output, and the result does not depend on where the stream splits.
+  const std::string glitch =
+      "<|channel|>final<|message|>a<|message|>b<|constrain|>c<|end|> <|constrain|>json<|message|>d";
+  const std::string rambling =
+      "to=commentary" + std::string(300, 'z') + "<|message|>x<|channel|> analysis";
+  for (bool stream : {true, false}) {
+    for (const auto& cuts : all_splits(glitch.size())) {
+      Parsed p = harmony(glitch, cuts, stream);
+      ASSERT_FALSE(has_markup(p));
+      ASSERT_EQ(p.content, "abc\n\n jsond");
+      ASSERT_EQ(p.reasoning, "");
+    }
+    // The 300-byte "header" is content; the cut-off header after it is dropped.
+    for (size_t cut = 1; cut < rambling.size(); ++cut) {
+      Parsed p = harmony(rambling, {cut}, stream);
+      ASSERT_FALSE(has_markup(p)) << cut;
+      ASSERT_EQ(p.content, "to=commentary" + std::string(300, 'z') + "x") << cut;
+    }
+  }
+}
+
 TEST(HarmonyParser, NoMarkupLeaks) {
   const std::string text =
       "<|channel|>analysis<|message|>a<|end|><|start|>assistant<|channel|>commentary "

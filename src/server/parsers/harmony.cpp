@@ -14,6 +14,8 @@ constexpr std::string_view kStart = "<|start|>", kChannel = "<|channel|>", kMess
 constexpr size_t kMaxHeader = 256;  // a longer header is not one
 // What ends a body: a terminator (consumed) or the start of the next header (kept).
 constexpr std::array<std::string_view, 5> kBodyEnds = {kEnd, kCall, kReturn, kStart, kChannel};
+// Header-only tokens met inside a body (a glitch): dropped, the body goes on.
+constexpr std::array<std::string_view, 2> kBodyDropped = {kMessage, kConstrain};
 
 bool is_space(char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
 
@@ -35,11 +37,6 @@ std::string header_field(std::string_view h, std::string_view key) {
   return std::string(h.substr(p, e - p));
 }
 
-std::string strip_specials(std::string s) {
-  for (std::string_view t : {kStart, kChannel, kMessage, kConstrain})
-    for (size_t p; (p = s.find(t)) != std::string::npos;) s.erase(p, t.size());
-  return s;
-}
 }  // namespace
 
 ToolParseResult HarmonyParser::feed(std::string_view delta) {
@@ -86,12 +83,15 @@ void HarmonyParser::run(ToolParseResult& out, bool final) {
       if (at != std::string_view::npos) at += off;
       const size_t len = at == std::string_view::npos ? s.size() : at;
       if (len > kMaxHeader) {  // not a header after all: content, without special tokens
-        std::string text = strip_specials(std::string(s.substr(0, len)));
-        buf_.erase(0, i + len);
+        // Only the opener is consumed here: the body scan drops the header tokens in the rest
+        // and stops at its next <|start|>/<|channel|> whether or not it has arrived yet (so the
+        // result does not depend on where the stream was split).
+        const size_t opener = s.starts_with(kStart) ? kStart.size()
+                              : s.starts_with(kChannel) ? kChannel.size() : 0;
+        buf_.erase(0, i + opener);
         mode_ = Mode::BODY;
         kind_ = Kind::CONTENT;
         gap_ = true;
-        body_text(out, text);
         continue;
       }
       if (at != std::string_view::npos && which == 0) {
@@ -110,8 +110,13 @@ void HarmonyParser::run(ToolParseResult& out, bool final) {
       return;
     }
     // BODY
-    size_t which = 0;
+    size_t which = 0, dropped = 0;
     const size_t p = find_first(buf_, kBodyEnds, &which);
+    if (const size_t d = find_first(buf_, kBodyDropped, &dropped); d < p) {
+      body_text(out, std::string_view(buf_).substr(0, d));
+      buf_.erase(0, d + kBodyDropped[dropped].size());
+      continue;
+    }
     if (p != std::string::npos) {
       body_text(out, std::string_view(buf_).substr(0, p));
       close_message(out);
@@ -129,6 +134,7 @@ void HarmonyParser::run(ToolParseResult& out, bool final) {
     }
     size_t hold = 0;
     for (std::string_view t : kBodyEnds) hold = std::max(hold, partial_tag_len(buf_, t));
+    for (std::string_view t : kBodyDropped) hold = std::max(hold, partial_tag_len(buf_, t));
     body_text(out, std::string_view(buf_).substr(0, buf_.size() - hold));
     buf_.erase(0, buf_.size() - hold);
     return;

@@ -20,8 +20,8 @@ namespace ft::server {
 //  - anything else (final, commentary without a recipient, no channel): content.
 // Text before any header (output that ignores the format) is content verbatim. A header cut off
 // by the end of the output is dropped; one that runs past 256 bytes without <|message|> is
-// passed through as content without its special tokens. Harmony special tokens never reach
-// the output. A second message of the same kind is separated from the first by a blank line.
+// passed through as content without its special tokens (<|message|> / <|constrain|> inside any
+// body are dropped). Harmony special tokens never reach the output. A second message of the same kind is separated from the first by a blank line.
 class HarmonyParser final : public ToolCallParser {
  public:
   HarmonyParser(bool parse_tools, bool stream_arguments)
