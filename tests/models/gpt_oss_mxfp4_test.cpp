@@ -137,6 +137,16 @@ TEST(GptOssMxfp4, QuantizedModelMatchesTheReference) {
   EXPECT_GE(same, rows - 2);
 }
 
+TEST(WorstRowRatio, NanInfAndZeroReferenceRowsAreWorst) {
+  // The bound the fixture tests put on it must fail for broken logits (std::max skips NaN).
+  const std::vector<float> ref = {1.f, -2.f, 0.f, 0.f};  // rows of 2: the second all zero
+  EXPECT_FLOAT_EQ(worst_row_ratio(std::vector<float>{1.5f, -2.f, 0.f, 0.f}, ref, 2), 0.25f);
+  EXPECT_EQ(worst_row_ratio(std::vector<float>{NAN, -2.f, 0.f, 0.f}, ref, 2), INFINITY);
+  EXPECT_EQ(worst_row_ratio(std::vector<float>{1.f, INFINITY, 0.f, 0.f}, ref, 2), INFINITY);
+  EXPECT_EQ(worst_row_ratio(std::vector<float>{1.f, -2.f, 0.f, 1e-3f}, ref, 2), INFINITY);
+  EXPECT_EQ(worst_row_ratio(ref, ref, 2), 0.f);
+}
+
 TEST(GptOssMxfp4, ConfigIsGptOssWithWindowsAndSinks) {
   auto m = Model::load(k_fixture);
   EXPECT_EQ(m->config().model_type, "gpt_oss");

@@ -44,15 +44,19 @@ inline std::vector<float> log_probs(const Model& m, const std::vector<int32_t>& 
 }
 
 // max over the rows of max|a - b| / max|b| ([rows, V] each): the fixtures' logit tolerance.
+// A NaN or infinite value (std::max would skip a NaN) or a difference over an all-zero
+// reference row is infinitely bad, so a broken output never passes a bound.
 inline float worst_row_ratio(const float* a, const float* b, int64_t rows, int64_t V) {
   float worst = 0;
   for (int64_t r = 0; r < rows; ++r) {
     float md = 0, mr = 0;
     for (int64_t i = 0; i < V; ++i) {
-      md = std::max(md, std::fabs(a[r * V + i] - b[r * V + i]));
+      const float d = std::fabs(a[r * V + i] - b[r * V + i]);
+      if (!std::isfinite(d)) return INFINITY;
+      md = std::max(md, d);
       mr = std::max(mr, std::fabs(b[r * V + i]));
     }
-    worst = std::max(worst, md / mr);
+    if (md > 0) worst = std::max(worst, mr > 0 ? md / mr : INFINITY);
   }
   return worst;
 }
