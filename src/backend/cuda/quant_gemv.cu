@@ -217,7 +217,8 @@ void quant_gemv_multi(const float* x, int64_t n, const GemvOut* outs, int count)
 }
 
 void quant_experts_gemv(const QuantExpertGemv& a) {
-  FT_CHECK(a.count >= 1 && a.count <= 2 && a.slots >= 0 && a.ids && a.x && a.x_div > 0,
+  FT_CHECK(a.count >= 1 && a.count <= 2 && a.slots >= 0 && a.rows > 0 && a.ids && a.x &&
+               a.x_div > 0,
            "quant_experts_gemv: bad arguments");
   if (a.slots == 0) return;
   check_quant(a.dtype, a.cols, a.x, "quant_experts_gemv");
