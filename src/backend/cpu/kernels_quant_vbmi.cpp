@@ -165,6 +165,14 @@ const NvTables& nv_tables() {
   return t;
 }
 
+// The three cache lines of a block k_ahead bytes ahead of p, while that stays before pf_end
+// (the task's rows: no prefetch into the next task's data).
+inline void prefetch_block(const uint8_t* p, const uint8_t* pf_end) {
+  if (p + k_ahead >= pf_end) return;
+  for (int line = 0; line < 3; ++line)
+    _mm_prefetch(reinterpret_cast<const char*>(p) + k_ahead + 64 * line, _MM_HINT_T0);
+}
+
 // e4m3 / 256 of 16 scale bytes, exactly (bits placed into fp16's fields; S.1111.111 -> NaN).
 inline __m512 e4m3_over_256(__m128i bytes) {
   const __m256i b = _mm256_cvtepu8_epi16(bytes);
@@ -194,11 +202,7 @@ inline void nvfp4_rows(const uint8_t* const* w, int64_t nsb, const QActs& x, flo
     const __m512 dx = _mm512_loadu_ps(x.d + 16 * sb), sx = _mm512_loadu_ps(x.s + 16 * sb);
     for (int r = 0; r < NR; ++r) {
       const uint8_t* p = w[r] + 144 * sb;
-      if (p + k_ahead < pf_end) {
-        _mm_prefetch(reinterpret_cast<const char*>(p) + k_ahead, _MM_HINT_T0);
-        _mm_prefetch(reinterpret_cast<const char*>(p) + k_ahead + 64, _MM_HINT_T0);
-        _mm_prefetch(reinterpret_cast<const char*>(p) + k_ahead + 128, _MM_HINT_T0);
-      }
+      prefetch_block(p, pf_end);
       const __m512i A = _mm512_loadu_si512(p), B = _mm512_loadu_si512(p + 64);
       const __m512i D = _mm512_loadu_si512(p + 72), C = _mm512_loadu_si512(p + 80);
       const __m512 hw = e4m3_over_256(_mm512_castsi512_si128(_mm512_permutex2var_epi8(A, isc, D)));
@@ -299,11 +303,7 @@ inline void mxfp4_rows(const uint8_t* const* w, int64_t nsb, const QActs& x, con
     const __m512 dx = _mm512_loadu_ps(x.d + 16 * sb), sx = _mm512_loadu_ps(x.s + 16 * sb);
     for (int r = 0; r < NR; ++r) {
       const uint8_t* p = w[r] + 136 * sb;
-      if (p + k_ahead < pf_end) {
-        _mm_prefetch(reinterpret_cast<const char*>(p) + k_ahead, _MM_HINT_T0);
-        _mm_prefetch(reinterpret_cast<const char*>(p) + k_ahead + 64, _MM_HINT_T0);
-        _mm_prefetch(reinterpret_cast<const char*>(p) + k_ahead + 128, _MM_HINT_T0);
-      }
+      prefetch_block(p, pf_end);
       const __m512i A = _mm512_loadu_si512(p), B = _mm512_loadu_si512(p + 64);
       const __m512i C = _mm512_loadu_si512(p + 8), D = _mm512_loadu_si512(p + 72);
       // e8m0: 2^(e - 127) = e << 23 as float bits; e = 0 is 2^-127, 255 NaN; d = that / 2
