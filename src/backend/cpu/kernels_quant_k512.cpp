@@ -14,7 +14,6 @@ namespace ft::cpu {
 
 namespace {
 
-constexpr int k_ahead = 4096;  // prefetch distance per row stream (as quant_fused.h)
 constexpr int k_rows = 4;  // rows side by side: memory streams sharing each activation load
 
 inline float f16(const uint8_t* p) {
@@ -37,12 +36,6 @@ inline __m512i acts(const int8_t* q, int a, int b) {
   return _mm512_inserti64x4(
       _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + a))),
       _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + b)), 1);
-}
-
-inline void prefetch(const uint8_t* p, int bytes, const uint8_t* pf_end) {
-  if (p + k_ahead >= pf_end) return;
-  for (int o = 0; o < bytes; o += 64)
-    _mm_prefetch(reinterpret_cast<const char*>(p) + k_ahead + o, _MM_HINT_T0);
 }
 
 // Per super-block: F::scales(p, dx, sx, &accm) returns the 16 group scales times the activation
@@ -239,7 +232,7 @@ inline void rows_512(const uint8_t* const* w, int64_t nsb, const QActs& x, float
                           acts(q, F::kPieceA[2], F::kPieceB[2]), acts(q, F::kPieceA[3], F::kPieceB[3])};
     for (int r = 0; r < NR; ++r) {
       const uint8_t* p = w[r] + F::kBytes * sb;
-      prefetch(p, F::kBytes, pf_end);
+      prefetch_ahead(p, F::kBytes, pf_end);
       const __m512 s = F::scales(p, dx, sx, &accm[r]);
       const typename F::Codes c(p);
       acc[r][0] = step(c.template get<0>(), a[0], s, group_lanes(F::kPieceA[0], F::kPieceB[0]), acc[r][0]);
@@ -252,25 +245,17 @@ inline void rows_512(const uint8_t* const* w, int64_t nsb, const QActs& x, float
     out[r] = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc[r][0], acc[r][1]), accm[r]));
 }
 
-// NR rows side by side, one from each NR-th of the range (NR memory streams, each activation load
-// shared by NR rows), then the leftover rows one by one.
+// The row streams of quant_gemv512.h over rows_512.
 template <class F>
 void gemv_512(const QActs& x, int64_t k, const uint8_t* w, size_t row_bytes, int64_t r0,
               int64_t r1, float* y) {
-  constexpr int NR = k_rows;
-  const int64_t nsb = k / 256, part = (r1 - r0) / NR;
-  const uint8_t* end = w + r1 * row_bytes;
-  for (int64_t i = 0; i < part; ++i) {
-    const uint8_t* rows[NR];
-    for (int j = 0; j < NR; ++j) rows[j] = w + (r0 + j * part + i) * row_bytes;
-    float out[NR];
-    rows_512<F, NR>(rows, nsb, x, out, end);
-    for (int j = 0; j < NR; ++j) y[r0 + j * part + i] = out[j];
-  }
-  for (int64_t r = r0 + NR * part; r < r1; ++r) {
-    const uint8_t* row = w + r * row_bytes;
-    rows_512<F, 1>(&row, nsb, x, &y[r], end);
-  }
+  const int64_t nsb = k / 256;
+  row_streams<k_rows>(
+      w, row_bytes, r0, r1,
+      [&](auto nr, const uint8_t* const* rows, const uint8_t* end, float* out) {
+        rows_512<F, decltype(nr)::value>(rows, nsb, x, out, end);
+      },
+      [&](int64_t r, const uint8_t*, float dot) { y[r] = dot; });
 }
 
 }  // namespace

@@ -29,8 +29,6 @@ bool vbmi_bf16_ok() {
 
 namespace {
 
-// Distance ahead (bytes) each row stream prefetches, as in quant_fused.h.
-constexpr int k_ahead = 4096;
 constexpr int k_fp8_rows = 2;  // FP8 rows side by side (4 measured the same here)
 
 // ---- FP8 e4m3 ----------------------------------------------------------------------------------
@@ -116,7 +114,7 @@ inline void fp8_rows(const uint8_t* const* w, int64_t chunks, const uint16_t* xa
     const __m512bh xl0 = (__m512bh)_mm512_loadu_si512(a + 64), xl1 = (__m512bh)_mm512_loadu_si512(a + 96);
     for (int r = 0; r < NR; ++r) {
       const uint8_t* p = w[r] + 64 * c;
-      if (p + k_ahead < pf_end) _mm_prefetch(reinterpret_cast<const char*>(p) + k_ahead, _MM_HINT_T0);
+      prefetch_ahead(p, 1, pf_end);
       const __m512i b = _mm512_loadu_si512(p);
       // high byte: the magnitude's (sign bit clear) with the code's sign bit or'ed in
       const __m512i hi = _mm512_ternarylogic_epi32(_mm512_permutex2var_epi8(th0, b, th1), b, sign, 0xf8);
@@ -165,14 +163,6 @@ const NvTables& nv_tables() {
   return t;
 }
 
-// The three cache lines of a block k_ahead bytes ahead of p, while that stays before pf_end
-// (the task's rows: no prefetch into the next task's data).
-inline void prefetch_block(const uint8_t* p, const uint8_t* pf_end) {
-  if (p + k_ahead >= pf_end) return;
-  for (int line = 0; line < 3; ++line)
-    _mm_prefetch(reinterpret_cast<const char*>(p) + k_ahead + 64 * line, _MM_HINT_T0);
-}
-
 // e4m3 / 256 of 16 scale bytes, exactly (bits placed into fp16's fields; S.1111.111 -> NaN).
 inline __m512 e4m3_over_256(__m128i bytes) {
   const __m256i b = _mm256_cvtepu8_epi16(bytes);
@@ -202,7 +192,7 @@ inline void nvfp4_rows(const uint8_t* const* w, int64_t nsb, const QActs& x, flo
     const __m512 dx = _mm512_loadu_ps(x.d + 16 * sb), sx = _mm512_loadu_ps(x.s + 16 * sb);
     for (int r = 0; r < NR; ++r) {
       const uint8_t* p = w[r] + 144 * sb;
-      prefetch_block(p, pf_end);
+      prefetch_ahead(p, 144, pf_end);
       const __m512i A = _mm512_loadu_si512(p), B = _mm512_loadu_si512(p + 64);
       const __m512i D = _mm512_loadu_si512(p + 72), C = _mm512_loadu_si512(p + 80);
       const __m512 hw = e4m3_over_256(_mm512_castsi512_si128(_mm512_permutex2var_epi8(A, isc, D)));
@@ -303,7 +293,7 @@ inline void mxfp4_rows(const uint8_t* const* w, int64_t nsb, const QActs& x, con
     const __m512 dx = _mm512_loadu_ps(x.d + 16 * sb), sx = _mm512_loadu_ps(x.s + 16 * sb);
     for (int r = 0; r < NR; ++r) {
       const uint8_t* p = w[r] + 136 * sb;
-      prefetch_block(p, pf_end);
+      prefetch_ahead(p, 136, pf_end);
       const __m512i A = _mm512_loadu_si512(p), B = _mm512_loadu_si512(p + 64);
       const __m512i C = _mm512_loadu_si512(p + 8), D = _mm512_loadu_si512(p + 72);
       // e8m0: 2^(e - 127) = e << 23 as float bits; e = 0 is 2^-127, 255 NaN; d = that / 2
@@ -370,23 +360,14 @@ void gemv_nvfp4_vbmi(const QActs& x, int64_t k, const uint8_t* w, size_t row_byt
                      int64_t r1, float post, float* y) {
   const int64_t nsb = k / 256;
   const bool has_tail = k % 256 != 0;
-  constexpr int NR = 4;
-  const int64_t part = (r1 - r0) / NR;
-  const uint8_t* end = w + r1 * row_bytes;
-  for (int64_t i = 0; i < part; ++i) {
-    const uint8_t* rows[NR];
-    for (int j = 0; j < NR; ++j) rows[j] = w + (r0 + j * part + i) * row_bytes;
-    float out[NR];
-    nvfp4_rows<NR>(rows, nsb, x, out, end);
-    for (int j = 0; j < NR; ++j)
-      y[r0 + j * part + i] = post * (out[j] + (has_tail ? block_tail<quant::NVFP4>(rows[j], k, x) : 0.f));
-  }
-  for (int64_t r = r0 + NR * part; r < r1; ++r) {
-    const uint8_t* row = w + r * row_bytes;
-    float out;
-    nvfp4_rows<1>(&row, nsb, x, &out, end);
-    y[r] = post * (out + (has_tail ? block_tail<quant::NVFP4>(row, k, x) : 0.f));
-  }
+  row_streams<4>(
+      w, row_bytes, r0, r1,
+      [&](auto nr, const uint8_t* const* rows, const uint8_t* end, float* out) {
+        nvfp4_rows<decltype(nr)::value>(rows, nsb, x, out, end);
+      },
+      [&](int64_t r, const uint8_t* row, float dot) {
+        y[r] = post * (dot + (has_tail ? block_tail<quant::NVFP4>(row, k, x) : 0.f));
+      });
 }
 
 }  // namespace ft::cpu
@@ -400,23 +381,14 @@ void gemv_mxfp4_vbmi(const QActs& x, int64_t k, const uint8_t* w, size_t row_byt
   if (qp.size() < static_cast<size_t>(256 * nsb)) qp.resize(256 * nsb);
   mx_acts(x.q, 2 * nsb, qp.data());
   const bool has_tail = k % 256 != 0;
-  constexpr int NR = 4;
-  const int64_t part = (r1 - r0) / NR;
-  const uint8_t* end = w + r1 * row_bytes;
-  for (int64_t i = 0; i < part; ++i) {
-    const uint8_t* rows[NR];
-    for (int j = 0; j < NR; ++j) rows[j] = w + (r0 + j * part + i) * row_bytes;
-    float out[NR];
-    mxfp4_rows<NR>(rows, nsb, x, qp.data(), out, end);
-    for (int j = 0; j < NR; ++j)
-      y[r0 + j * part + i] = post * (out[j] + (has_tail ? block_tail<quant::MXFP4>(rows[j], k, x) : 0.f));
-  }
-  for (int64_t r = r0 + NR * part; r < r1; ++r) {
-    const uint8_t* row = w + r * row_bytes;
-    float out;
-    mxfp4_rows<1>(&row, nsb, x, qp.data(), &out, end);
-    y[r] = post * (out + (has_tail ? block_tail<quant::MXFP4>(row, k, x) : 0.f));
-  }
+  row_streams<4>(
+      w, row_bytes, r0, r1,
+      [&](auto nr, const uint8_t* const* rows, const uint8_t* end, float* out) {
+        mxfp4_rows<decltype(nr)::value>(rows, nsb, x, qp.data(), out, end);
+      },
+      [&](int64_t r, const uint8_t* row, float dot) {
+        y[r] = post * (dot + (has_tail ? block_tail<quant::MXFP4>(row, k, x) : 0.f));
+      });
 }
 
 }  // namespace ft::cpu

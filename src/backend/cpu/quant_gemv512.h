@@ -7,8 +7,11 @@
 // kernels_quant_k512.cpp (AVX512-VNNI, like the table): the K-quants Q2_K .. Q6_K, 64 codes per
 // vpdpbusd (and MXFP4 in kernels_quant_vbmi.cpp, on VBMI).
 #pragma once
+#include <xmmintrin.h>
+
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include "backend/cpu/quant_kernels.h"
 
@@ -37,5 +40,43 @@ void gemv_q5k_512(const QActs& x, int64_t k, const uint8_t* w, size_t row_bytes,
                   int64_t r1, float* y);
 void gemv_q6k_512(const QActs& x, int64_t k, const uint8_t* w, size_t row_bytes, int64_t r0,
                   int64_t r1, float* y);
+
+
+// ---- shared by the kernel files (each instantiates these under its own target pragma)
+
+// Distance in bytes ahead of the current block that each row stream prefetches (as quant_fused.h).
+constexpr int k_ahead_512 = 4096;
+
+// Every line of the `bytes` at p + k_ahead_512, while that stays before pf_end (the task's rows:
+// no prefetch into the next task's data).
+inline void prefetch_ahead(const uint8_t* p, int bytes, const uint8_t* pf_end) {
+  if (p + k_ahead_512 >= pf_end) return;
+  for (int o = 0; o < bytes; o += 64)
+    _mm_prefetch(reinterpret_cast<const char*>(p) + k_ahead_512 + o, _MM_HINT_T0);
+}
+
+// The rows r0..r1 of a GEMV as NR memory streams: NR rows side by side, one from each NR-th of
+// the range (each activation load shared by NR rows), then the leftover rows one by one.
+// dots(nr, rows, pf_end, out) writes the dots of nr rows (nr: std::integral_constant<int, n>);
+// put(r, row, dot) stores row r's result.
+template <int NR, class Dots, class Put>
+inline void row_streams(const uint8_t* w, size_t row_bytes, int64_t r0, int64_t r1, Dots&& dots,
+                        Put&& put) {
+  const int64_t part = (r1 - r0) / NR;
+  const uint8_t* end = w + r1 * row_bytes;
+  for (int64_t i = 0; i < part; ++i) {
+    const uint8_t* rows[NR];
+    for (int j = 0; j < NR; ++j) rows[j] = w + (r0 + j * part + i) * row_bytes;
+    float out[NR];
+    dots(std::integral_constant<int, NR>{}, rows, end, out);
+    for (int j = 0; j < NR; ++j) put(r0 + j * part + i, rows[j], out[j]);
+  }
+  for (int64_t r = r0 + NR * part; r < r1; ++r) {
+    const uint8_t* row = w + r * row_bytes;
+    float out;
+    dots(std::integral_constant<int, 1>{}, &row, end, &out);
+    put(r, row, out);
+  }
+}
 
 }  // namespace ft::cpu
