@@ -231,6 +231,7 @@ void CudaTransformer::delta_net_block(int64_t l, int64_t n) {
   else
     cuda::gated_delta_rule(rule);
   cuda::gated_rmsnorm(out, z, n * nv, d.v_head_dim, D.norm, c_.rms_eps);
+  tp_zero_residual(n);  // tensor parallel: ranks > 0 add only their partial
   if (small) {
     const cuda::GemvOut o{.w = D.out, .y = x, .accumulate = true};
     cuda::gemv_multi(out, n, &o, 1);

@@ -24,8 +24,19 @@ struct TpRank {
   TpRange q_heads, kv_heads;
   TpRange ffn;     // dense MLP intermediate columns
   TpRange expert;  // routed experts' intermediate columns (every rank owns a slice of each)
-  bool adds_biases = true;  // row-parallel biases (o) are added by rank 0 only
+  bool adds_biases = true;  // row-parallel biases (o, the experts' down) are added by rank 0 only
+  TpRange shared;           // the shared expert's intermediate columns
+  TpRange delta_k, delta_v;  // DeltaNet key heads and their value heads (whole groups)
 };
+
+// Column granularity of the sliced widths: a block-quantized matrix splits only on its block
+// boundaries (FP8 128x128 tiles: 128 columns and rows), so the widths go out in whole blocks,
+// as evenly as they can when the blocks do not divide by the ranks. 1: plain types.
+struct TpAlign {
+  int64_t ffn = 1, expert = 1, shared = 1;
+};
+// The granularity the model's matrices need (the widest block over the layers).
+TpAlign tp_align(const ModelWeights& w);
 
 struct TpPlan {
   int world = 1;
@@ -35,7 +46,9 @@ struct TpPlan {
 
 // Plans `world` ranks for the config, or throws ft::Error in one line naming what does not
 // divide (heads, KV heads, widths, quantized blocks) or what is not supported yet.
-TpPlan plan_tensor_parallel(const ModelConfig& c, int world);
+TpPlan plan_tensor_parallel(const ModelConfig& c, int world, const TpAlign& align = {});
+// The plan for a loaded model: its config with the granularity of its weights.
+TpPlan plan_tensor_parallel(const Model& m, int world);
 
 // The rank's config: its heads and widths (hidden, vocab, layers, routing unchanged).
 ModelConfig shard_config(const ModelConfig& c, const TpRank& r);

@@ -24,6 +24,8 @@
 #include "model/cuda_transformer.h"
 #include "parallel/cuda/tp_transformer.h"
 
+#include "../parallel/fp8_model.h"
+
 using namespace ft;
 
 namespace {
@@ -152,7 +154,7 @@ void check_model(Ctx& ctx, const Model& m, const std::string& name, int64_t prom
   const ModelConfig& c = m.config();
   const int64_t V = c.vocab_size, cap = prompt_len + steps + 8;
   try {
-    plan_tensor_parallel(c, ctx.tp.world);
+    plan_tensor_parallel(m, ctx.tp.world);
   } catch (const Error& e) {
     std::printf("SKIP %-44s %s\n", name.c_str(), e.what());
     return;
@@ -255,7 +257,7 @@ int main(int argc, char** argv) {
   try {
     if (ctx.tp.nnodes > 1) return multi_node(ctx, fixtures);
     for (const char* f : {"qwen3_moe", "qwen3_moe_yarn", "mixtral", "olmoe", "qwen3_next",
-                          "qwen3_5_moe"}) {
+                          "qwen3_5_moe", "gpt_oss", "gpt_oss_mxfp4"}) {
       const std::string dir = fixtures + "/" + f;
       auto m = Model::load(dir);
       check_model(ctx, *m, f, 12, 16, true);
@@ -266,6 +268,10 @@ int main(int argc, char** argv) {
                                                 .kv_heads = 4, .head_dim = 128, .vocab = 151936});
     auto syn = Model::synthetic(c, 42);
     check_model(ctx, *syn, "synthetic 30B-A3B shapes", 40, 8, false);
+    // FP8 128x128 tiles (tests/parallel/fp8_model.h): 384-wide experts go out as 128 + 256.
+    auto f8base = Model::synthetic(test::fp8_test_config(), 5);
+    auto f8 = test::fp8_copy(*f8base);
+    check_model(ctx, *f8, "fp8 synthetic", 12, 16, false);
   } catch (const std::exception& e) {
     std::printf("FAIL: %s\n", e.what());
     return 1;
