@@ -7,7 +7,9 @@
 //                rotating experts (working set >> last-level cache);
 //   concurrent   both loops at the same time (they share DRAM);
 //   A/B          end-to-end decode of the offloaded CudaTransformer, offload vs hybrid, at the
-//                same slot count.
+//                same slot count;
+//   per GPU      with several GPUs (--devices): pinned H2D of each GPU alone and of all of them
+//                at once (tensor parallelism's per-GPU figure: their links share the host).
 // Writes the profile (experts/bw_profile.h) keyed by GPU name and expert format; `ft serve
 // --moe-backend auto` reads it.
 #include <fmt/format.h>
@@ -28,6 +30,7 @@
 #include "base/timer.h"
 #include "cli/bench_bw.h"
 #include "engine/sampler.h"
+#include "experts/bw_devices.h"
 #include "experts/bw_profile.h"
 #include "experts/experts.h"
 #include "experts/gpu_expert_store.h"
@@ -44,9 +47,56 @@ struct BwOptions {
   int threads = 0;
   std::string out;           // profile path (default: bw_profile_path())
   bool no_ab = false;
+  std::string devices = "auto";  // auto (every GPU when several) | all | 0,1,...
+  bool devices_only = false;     // only the per-GPU H2D figures, merged into the profile
 };
 
 constexpr double GB = 1e9;
+
+// --devices: the GPUs whose host->GPU bandwidth is measured alone and together.
+std::vector<int> parse_devices(const std::string& s) {
+  const int n = cuda::device_count();
+  std::vector<int> d;
+  if (s == "auto" || s == "all") {
+    if (s == "all" || n > 1)
+      for (int i = 0; i < n; ++i) d.push_back(i);
+    return d;
+  }
+  size_t at = 0;
+  while (at <= s.size()) {
+    const size_t comma = std::min(s.find(',', at), s.size());
+    const std::string item = s.substr(at, comma - at);
+    char* end = nullptr;
+    const long v = std::strtol(item.c_str(), &end, 10);
+    if (item.empty() || *end || v < 0 || v >= n)
+      fail("--devices '{}': expected auto, all or GPU indices below {} (e.g. 0,1)", s, n);
+    if (std::find(d.begin(), d.end(), int(v)) == d.end()) d.push_back(static_cast<int>(v));
+    at = comma + 1;
+  }
+  return d;
+}
+
+// Each GPU alone, then all at once; prints the table and fills the entry.
+void measure_devices(const std::vector<int>& devices, BwEntry& e) {
+  if (devices.empty()) return;
+  const H2dBandwidth b = measure_h2d(devices);
+  e.pcie_gpu_alone_gbs.clear(), e.pcie_gpu_concurrent_gbs.clear();
+  double alone = 0, together = 0;
+  std::printf("| GPU | H2D alone GB/s | H2D all %zu at once GB/s |\n|---|---|---|\n",
+              devices.size());
+  for (size_t i = 0; i < devices.size(); ++i) {
+    e.pcie_gpu_alone_gbs.push_back(b.alone[i] / GB);
+    e.pcie_gpu_concurrent_gbs.push_back(b.concurrent[i] / GB);
+    alone += b.alone[i] / GB, together += b.concurrent[i] / GB;
+    std::printf("| %d | %.1f | %.1f |\n", devices[i], b.alone[i] / GB, b.concurrent[i] / GB);
+  }
+  std::printf("| sum | %.1f | %.1f (%.0f%% of the sum alone) |\n", alone, together,
+              100 * together / alone);
+  std::printf("per-GPU host->GPU under tensor parallelism %zu: %.1f GB/s\n", devices.size(),
+              e.pcie_per_gpu_gbs(static_cast<int>(devices.size())));
+  std::fflush(stdout);
+}
+
 
 // Pinned -> device, 256 MiB copies on the copy stream, best of 8 (bytes/s).
 double pcie_linear(const HostExperts& host) {
@@ -186,8 +236,34 @@ std::string utc_now() {
   return buf;
 }
 
+// The profile at `path` (or a new one), other GPUs' entries kept.
+BwProfile load_profile(const std::string& path) {
+  BwProfile p;
+  try {
+    if (auto old = read_bw_profile(path)) p = *old;
+  } catch (const Error& err) {
+    std::printf("replacing %s (%s)\n", path.c_str(), err.what());
+  }
+  return p;
+}
+
 void run_bench_bw(const BwOptions& o) {
   if (cuda::device_count() == 0) fail("ft bench bw needs a CUDA device: {}", cuda::device_summary());
+  const std::vector<int> devices = parse_devices(o.devices);
+  if (o.devices_only) {  // merged into this GPU's existing entry
+    if (devices.empty()) fail("--devices-only: one GPU visible; pass --devices 0 to measure it");
+    const std::string path = o.out.empty() ? bw_profile_path() : o.out;
+    const std::string summary = cuda::device_summary();
+    const std::string gpu = summary.substr(0, summary.find(','));
+    std::printf("device: %s; %d GPUs visible\n", summary.c_str(), cuda::device_count());
+    BwProfile p = load_profile(path);
+    BwEntry& e = p.gpus[gpu]["bf16"];
+    measure_devices(devices, e);
+    p.timestamp = utc_now();
+    write_bw_profile(p, path);
+    std::printf("profile written to %s (GPU '%s', format bf16)\n", path.c_str(), gpu.c_str());
+    return;
+  }
   const int threads = o.threads > 0
                           ? o.threads
                           : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
@@ -232,18 +308,14 @@ void run_bench_bw(const BwOptions& o) {
   std::printf("| CPU experts, concurrent | %.1f |\n", e.cpu_overlap_gbs);
   std::printf("hybrid fetch fraction (concurrent pair): %.3f\n", e.hybrid_fetch_fraction());
   std::fflush(stdout);
+  measure_devices(devices, e);
   e.model = fmt::format("synthetic {}x{} top-{} hidden {} width {} bf16, {:.0f}% slots",
                         o.layers, o.experts, o.top_k, o.hidden, o.expert_dim, 100 * o.cache_rate);
   if (!o.no_ab) decode_ab(o, c, host, e);
   e.recommended = recommend_backend(e);
   std::printf("recommended: %s\n", e.recommended.c_str());
   const std::string path = o.out.empty() ? bw_profile_path() : o.out;
-  BwProfile p;
-  try {
-    if (auto old = read_bw_profile(path)) p = *old;  // keep other GPUs' entries
-  } catch (const Error& err) {
-    std::printf("replacing %s (%s)\n", path.c_str(), err.what());
-  }
+  BwProfile p = load_profile(path);  // keep other GPUs' entries
   char host_name[256] = {};
   ::gethostname(host_name, sizeof host_name - 1);
   p.host = host_name;
@@ -275,6 +347,12 @@ void add_bench_bw_command(CLI::App& bench) {
   cmd->add_option("--threads", o->threads, "CPU threads (0: one per core)");
   cmd->add_option("--out", o->out, "Profile path (default: $XDG_CACHE_HOME/ft/bw_profile.json)");
   cmd->add_flag("--no-ab", o->no_ab, "Skip the end-to-end decode A/B");
+  cmd->add_option("--devices", o->devices,
+                  "GPUs whose host->GPU bandwidth is measured alone and all at once: auto "
+                  "(every GPU when several are visible), all, or indices (0,1)")
+      ->capture_default_str();
+  cmd->add_flag("--devices-only", o->devices_only,
+                "Measure only the per-GPU host->GPU figures and merge them into the profile");
   cmd->callback([o] {
     if (o->top_k > o->experts) fail("--top-k must not exceed --experts");
     run_bench_bw(*o);

@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -37,6 +38,19 @@ double BwEntry::hybrid_fetch_fraction() const {
   if (pcie_gather_gbs > 0 && cpu_expert_gbs > 0)
     return pcie_gather_gbs / (pcie_gather_gbs + cpu_expert_gbs);
   return 0;
+}
+
+double BwEntry::pcie_per_gpu_gbs(int world) const {
+  const auto& a = pcie_gpu_alone_gbs;
+  const auto& c = pcie_gpu_concurrent_gbs;
+  const double alone = a.empty() ? pcie_linear_gbs : *std::min_element(a.begin(), a.end());
+  if (world <= 1 || c.size() < 2) return alone;  // one GPU, or never measured together
+  const double slowest = *std::min_element(c.begin(), c.end());
+  const int measured = static_cast<int>(c.size());
+  if (world <= measured) return slowest;
+  double total = 0;
+  for (double g : c) total += g;
+  return std::min(slowest, total / world);  // more GPUs than measured share the total
 }
 
 std::string recommend_backend(const BwEntry& e) {
@@ -79,6 +93,8 @@ void for_each_field(E& e, F&& f) {
   f("hybrid_tokens_per_s", e.hybrid_tokens_per_s);
   f("model", e.model);
   f("recommended", e.recommended);
+  f("pcie_gpu_alone_gbs", e.pcie_gpu_alone_gbs);
+  f("pcie_gpu_concurrent_gbs", e.pcie_gpu_concurrent_gbs);
 }
 }  // namespace
 

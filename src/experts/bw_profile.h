@@ -5,6 +5,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace ft {
 
@@ -28,6 +29,15 @@ struct BwEntry {
   double hybrid_tokens_per_s = 0;
   std::string model;                // what the A/B ran ("synthetic 48x128 top-8 ...")
   std::string recommended;          // "hybrid" or "offload"
+  // Pinned host -> GPU (linear) of each GPU of the machine alone and with all of them copying
+  // at once (their links share the host's PCIe root and memory); empty when not measured.
+  std::vector<double> pcie_gpu_alone_gbs, pcie_gpu_concurrent_gbs;
+
+  // Host -> GPU bandwidth each of `world` GPUs gets when all copy at once (tensor
+  // parallelism): the slowest GPU's concurrent figure when `world` GPUs were measured together;
+  // more GPUs than measured share the measured total; one GPU, or no concurrent measurement:
+  // the slowest alone figure (else pcie_linear_gbs). 0 when nothing was measured.
+  double pcie_per_gpu_gbs(int world) const;
 
   // Share of a step's misses to fetch over PCIe so fetch and CPU finish together: from the
   // concurrent pair when measured, else the standalone pair. 0 when nothing was measured.

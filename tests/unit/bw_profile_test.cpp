@@ -90,6 +90,35 @@ TEST(BwProfile, WriteReadRoundTripKeyedByGpuAndFormat) {
   fs::remove_all(d);
 }
 
+// ft bench bw on several GPUs: each GPU's host->GPU figure alone and all at once round-trip
+// through the file, and tensor parallelism takes the concurrent one.
+TEST(BwProfile, PerGpuBandwidthsRoundTripAndTensorParallelUsesTheConcurrentFigure) {
+  const fs::path d = temp_dir("multi");
+  const std::string path = (d / "bw_profile.json").string();
+  BwProfile p;
+  BwEntry e = entry(10, 12);
+  e.pcie_linear_gbs = 55;
+  e.pcie_gpu_alone_gbs = {54, 53};
+  e.pcie_gpu_concurrent_gbs = {30, 28};
+  p.gpus["NVIDIA H200"]["bf16"] = e;
+  write_bw_profile(p, path);
+  const auto q = read_bw_profile(path);
+  ASSERT_TRUE(q.has_value());
+  const BwEntry* h = q->find("NVIDIA H200", "bf16");
+  ASSERT_NE(h, nullptr);
+  EXPECT_EQ(h->pcie_gpu_alone_gbs, (std::vector<double>{54, 53}));
+  EXPECT_EQ(h->pcie_gpu_concurrent_gbs, (std::vector<double>{30, 28}));
+  EXPECT_DOUBLE_EQ(h->pcie_per_gpu_gbs(1), 53);  // one GPU: the slowest alone
+  EXPECT_DOUBLE_EQ(h->pcie_per_gpu_gbs(2), 28);  // measured together: the slowest concurrent
+  EXPECT_DOUBLE_EQ(h->pcie_per_gpu_gbs(4), 14.5);  // more than measured: the total shared
+  BwEntry old;  // a profile from one GPU only
+  old.pcie_linear_gbs = 50;
+  EXPECT_DOUBLE_EQ(old.pcie_per_gpu_gbs(1), 50);
+  EXPECT_DOUBLE_EQ(old.pcie_per_gpu_gbs(2), 50);
+  EXPECT_DOUBLE_EQ(BwEntry{}.pcie_per_gpu_gbs(2), 0);
+  fs::remove_all(d);
+}
+
 TEST(BwProfile, CorruptFileIsAnErrorNamingTheFix) {
   const fs::path d = temp_dir("bad");
   const std::string path = (d / "bw_profile.json").string();
