@@ -194,6 +194,10 @@ void add_serve_command(CLI::App& app) {
       ->check(CLI::Range(0, 63))->capture_default_str();
   cmd->add_option("--master", o->backend.master,
                   "ADDR:PORT where node 0 runs NCCL's bootstrap (several nodes)");
+  cmd->add_option("--tp-experts", o->backend.tp_experts,
+                  "Routed experts under --tensor-parallel: slice (every GPU a column slice of "
+                  "each expert), whole (each GPU whole experts), auto (the faster for decode)")
+      ->check(CLI::IsMember({"auto", "slice", "whole"}))->capture_default_str();
   // Elastic memory (issue #9): the free-VRAM watcher that shrinks and grows the expert cache.
   auto elastic_on = std::make_shared<std::string>("on");
   auto elastic_floor = std::make_shared<std::string>(), elastic_margin = std::make_shared<std::string>();

@@ -24,6 +24,7 @@ struct BackendOptions {
   // (0 serves HTTP), node 0's NCCL bootstrap ADDR:PORT.
   int tensor_parallel = 1, nnodes = 1, node_rank = 0;
   std::string master;
+  std::string tp_experts = "auto";  // auto | slice | whole (parallel/tp_plan.h TpExperts)
   // VRAM for the prefix cache's recurrent-state snapshots (hybrid models; taken from the
   // budget before the planner splits it): as many whole snapshots as fit.
   // k_snapshot_vram_auto (`ft serve --snapshot-vram auto`): see snapshot_vram_slots.

@@ -21,9 +21,29 @@ namespace ft {
 namespace {
 std::string gib(size_t b) { return fmt::format("{:.2f} GiB", b / double(size_t{1} << 30)); }
 
-TpOptions tp_options(const BackendOptions& b) {
+// --tp-experts auto resolves by choose_tp_experts (offload: --moe-backend offload asked for).
+TpOptions tp_options(const Model& model, const BackendOptions& b) {
+  const bool offload = parse_moe_backend(b.moe_backend) == MoeBackend::OFFLOAD;
+  const TpExperts experts = choose_tp_experts(parse_tp_experts(b.tp_experts), model.config(),
+                                              b.tensor_parallel, offload);
+  FT_LOG_INFO("tensor parallel: routed experts {} (--tp-experts {})", tp_experts_name(experts),
+              b.tp_experts);
   return {.world = b.tensor_parallel, .nnodes = b.nnodes, .node_rank = b.node_rank,
-          .master = b.master};
+          .master = b.master, .experts = experts};
+}
+
+// Host->GPU GB/s each of `local` GPUs gets when all copy at once, from the bandwidth profile
+// (`ft bench bw` on several GPUs); 0 without one.
+double tp_pcie_gbs(const BackendOptions& b, int local) {
+  try {
+    const std::string path = b.profile_path.empty() ? bw_profile_path() : b.profile_path;
+    const auto p = read_bw_profile(path);
+    const std::string s = cuda::device_summary();
+    const BwEntry* e = p ? p->find(s.substr(0, s.find(',')), "bf16") : nullptr;
+    return e ? e->pcie_per_gpu_gbs(local) : 0;
+  } catch (const Error&) {
+    return 0;  // a broken profile: cuda_runner warns about it
+  }
 }
 
 // Per rank, on its thread and device: plans this GPU's budget and pins the rank's experts when
@@ -68,6 +88,13 @@ TpSetupFn tp_setup(const BackendOptions& b, const GpuSeqLayout& layout, int64_t 
       auto host = std::make_shared<HostExperts>(HostExperts::copy_of(shard));
       s.offload = {.experts = host.get(), .slots = plan.expert_slots};
       s.keep = host;
+      // The ranks copy at once: each gets the profile's concurrent per-GPU figure.
+      if (const double gbs = tp_pcie_gbs(b, b.tensor_parallel / b.nnodes); gbs > 0) {
+        s.offload.pcie_Bps = gbs * 1e9;
+        if (rank == 0)
+          FT_LOG_INFO("tensor parallel: host->GPU {:.1f} GB/s per GPU with {} copying at once "
+                      "(bw profile)", gbs, b.tensor_parallel / b.nnodes);
+      }
     }
     if (rank == 0) {
       std::lock_guard<std::mutex> lock(*m);
@@ -87,7 +114,7 @@ class TpRunner : public Runner {
   TpRunner(const Model& model, const BackendOptions& b, const GpuSeqLayout& layout,
            int64_t chunk)
       : model_(model),
-        tp_(model, tp_options(b), layout.ctx, chunk, layout.seqs,
+        tp_(model, tp_options(model, b), layout.ctx, chunk, layout.seqs,
             tp_setup(b, layout, chunk, &base_, &m_)) {
     base_.device = fmt::format("{} x tensor parallel ({} per node): {}", b.tensor_parallel,
                                b.tensor_parallel / b.nnodes, cuda::device_summary());
@@ -138,7 +165,7 @@ void serve_tp_worker(const Model& model, EngineOptions& opt, const BackendOption
   const GpuSeqLayout layout = gpu_seq_layout(opt, b);
   RunnerStats base;
   std::mutex m;
-  TpTransformer tp(model, tp_options(b), layout.ctx, opt.chunk, layout.seqs,
+  TpTransformer tp(model, tp_options(model, b), layout.ctx, opt.chunk, layout.seqs,
                    tp_setup(b, layout, opt.chunk, &base, &m));
   FT_LOG_INFO("node {}: {} ranks ready; serving node 0's steps", b.node_rank, tp.local_ranks());
   tp.serve_worker();

@@ -61,6 +61,10 @@ struct ModelConfig {
   int64_t ffn_dim = 0;
   int64_t n_experts = 0, top_k = 0, expert_dim = 0;
   bool norm_topk_prob = true;
+  // Tensor-parallel whole-expert shards (parallel/tp_plan.h): the router scores router_experts
+  // experts and this shard holds n_experts of them from expert_begin; routed ids outside that
+  // range contribute nothing here. 0: the router's width is n_experts.
+  int64_t router_experts = 0, expert_begin = 0;
   std::vector<bool> layer_is_moe;  // [n_layers]
   int64_t shared_expert_dim = 0;   // MoE layers add a sigmoid-gated shared expert when > 0
   // Hybrid models: per-layer mixer (empty: every layer attention), DeltaNet sizes, gated
@@ -84,6 +88,7 @@ struct ModelConfig {
 
   int64_t q_dim() const { return n_heads * head_dim; }
   int64_t kv_dim() const { return n_kv_heads * head_dim; }
+  int64_t routed_experts() const { return router_experts > 0 ? router_experts : n_experts; }
   bool is_delta(int64_t layer) const {
     return !layer_mixer.empty() && layer_mixer[layer] == Mixer::DELTA_NET;
   }

@@ -62,7 +62,7 @@ MemoryRequest cuda_offload_request(const Model& model, const HostExperts& expert
   const int64_t rot = c.head_dim;  // upper bound of the rotary width
   size_t scratch = T * 4 + f * T *
                                (3 * H + 2 * c.q_dim() + 2 * c.kv_dim() +
-                                2 * std::max<int64_t>(c.ffn_dim, 1) + c.n_experts + 2 * k);
+                                2 * std::max<int64_t>(c.ffn_dim, 1) + c.routed_experts() + 2 * k);
   scratch += f * std::min(T, k_logit_rows) * c.vocab_size;                      // logits
   scratch += 2 * T * widest * 2 + cuda::Blas::k_dequant_elems * f;              // Blas
   scratch += f * T * k * (2 * H + 2 * I) + 12 * T * k + 4 * (c.n_experts + 1);  // MoeWorkspace
@@ -235,7 +235,7 @@ CudaTransformer::CudaTransformer(const Model& model, int64_t capacity, int64_t m
   gate_ = floats(T * std::max<int64_t>(c_.ffn_dim, 1)),
   up_ = floats(T * std::max<int64_t>(c_.ffn_dim, 1));
   if (c_.n_experts > 0) {
-    router_ = floats(T * c_.n_experts);
+    router_ = floats(T * c_.routed_experts());  // a whole-expert TP shard: every expert's score
     route_ids_ = cuda::DeviceBuffer(T * c_.top_k * sizeof(int32_t));
     route_w_ = floats(T * c_.top_k);
     route_counter_ = cuda::DeviceBuffer(sizeof(uint32_t));
@@ -603,7 +603,8 @@ void CudaTransformer::ffn_block(int64_t l, int64_t n) {
                                   .renormalize = c_.norm_topk_prob,
                                   .ids = route_ids_.as<int32_t>(),
                                   .weights = route_w_.as<float>(),
-                                  .counter = route_counter_.as<uint32_t>()};
+                                  .counter = route_counter_.as<uint32_t>(),
+                                  .local = route_local()};
       cuda::gemv_multi(x, n, &r, 1, &norm, &route);
       tp_zero_residual(n);
       moe_block(l, n, true);  // adds into x
@@ -638,8 +639,8 @@ void CudaTransformer::moe_block(int64_t l, int64_t n, bool routed) {
   int32_t* ids = route_ids_.as<int32_t>();
   if (!routed) {
     cuda::matmul(*blas_, xn_.as<float>(), n, L.router, router_.as<float>(), L.router_bias);
-    cuda::route_topk_softmax(router_.as<float>(), n, c_.n_experts, c_.top_k, c_.norm_topk_prob, ids,
-                             route_w_.as<float>());
+    cuda::route_topk_softmax(router_.as<float>(), n, c_.routed_experts(), c_.top_k,
+                             c_.norm_topk_prob, ids, route_w_.as<float>(), route_local());
   }
   cuda::MoeArgs a{.x = xn_.as<float>(),
                   .n = n,

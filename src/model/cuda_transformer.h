@@ -282,6 +282,8 @@ class CudaTransformer {
   void tp_zero_residual(int64_t n);
   void tp_reduce(int64_t n);
   void tp_qk_norm(const float* q_norm, const float* k_norm, int64_t n);
+  // A whole-expert shard (c_.router_experts > 0): the routed ids it computes, else all.
+  cuda::RouteLocal route_local() const;
   cuda::Comm* tp_ = nullptr;
   int64_t tp_q_dim_ = 0, tp_kv_dim_ = 0;
   cuda::DeviceBuffer tp_sumsq_;  // [2, max_chunk]: q and k row sums of squares

@@ -194,6 +194,10 @@ ModelConfig shard_config(const ModelConfig& c, const TpRank& r) {
   if (c.n_experts > 0) s.expert_dim = r.expert.size();
   if (c.shared_expert_dim > 0) s.shared_expert_dim = r.shared.size();
   if (c.has_delta()) s.delta.n_k_heads = r.delta_k.size(), s.delta.n_v_heads = r.delta_v.size();
+  if (r.own_experts.size() > 0) {  // whole experts: this rank's share of the router's experts
+    s.n_experts = r.own_experts.size();
+    s.router_experts = c.n_experts, s.expert_begin = r.own_experts.begin;
+  }
   return s;
 }
 
@@ -227,6 +231,7 @@ TensorView slice_columns(const TensorView& t, int64_t c0, int64_t c1,
                          std::vector<std::vector<uint8_t>>& owned) {
   FT_CHECK(t.ndim >= 2 && c0 >= 0 && c0 < c1 && c1 <= t.inner(), "{}: columns {}..{} of {}",
            t.name, c0, c1, t.shape_str());
+  if (c0 == 0 && c1 == t.inner()) return t;  // every column: the tensor itself (whole experts)
   const int64_t block = column_unit(t);
   FT_CHECK(c0 % block == 0 && (c1 % block == 0 || c1 == t.inner()), "{}: columns {}..{} split blocks",
            t.name, c0, c1);
@@ -324,6 +329,7 @@ std::unique_ptr<Model> shard_model(const Model& model, const TpPlan& plan, int r
       d.shared_gate = L.shared_gate;
     }
     if (!L.delta.qkv.empty()) d.delta = shard_delta(c, L.delta, r, world, s.owned);
+    if (r.own_experts.size() > 0) own_expert_layer(c, L, r, d);  // whole experts (tp_experts.cpp)
     s.layers.push_back(std::move(d));
   }
   return Model::from_weights(shard_config(c, r), std::move(s),

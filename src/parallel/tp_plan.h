@@ -24,6 +24,7 @@ struct TpRank {
   TpRange q_heads, kv_heads;
   TpRange ffn;     // dense MLP intermediate columns
   TpRange expert;  // routed experts' intermediate columns (every rank owns a slice of each)
+  TpRange own_experts;  // whole-expert plans: the routed experts held at full width, else empty
   bool adds_biases = true;  // row-parallel biases (o, the experts' down) are added by rank 0 only
   TpRange shared;           // the shared expert's intermediate columns
   TpRange delta_k, delta_v;  // DeltaNet key heads and their value heads (whole groups)
@@ -62,5 +63,27 @@ std::unique_ptr<Model> shard_model(const Model& model, const TpPlan& plan, int r
 // (block-quantized rows: c0 and c1 on block boundaries).
 TensorView slice_columns(const TensorView& t, int64_t c0, int64_t c1,
                          std::vector<std::vector<uint8_t>>& owned);
+
+// ---- Whole-expert ownership (parallel/tp_experts.cpp; --tp-experts)
+// SLICE: every rank holds a column slice of every expert (the plan above). WHOLE: rank r holds
+// experts [E*r/N, E*(r+1)/N) at full width; the router stays replicated, each rank computes
+// only its experts' share of the top-k and the FFN all-reduce sums them. AUTO: the caller's
+// rule (choose_tp_experts).
+enum class TpExperts { AUTO, SLICE, WHOLE };
+TpExperts parse_tp_experts(const std::string& s);  // auto | slice | whole, else ft::Error
+const char* tp_experts_name(TpExperts e);
+// AUTO resolved for decode from the measured rule (tp_experts.cpp); SLICE / WHOLE unchanged.
+TpExperts choose_tp_experts(TpExperts requested, const ModelConfig& c, int world, bool offload);
+// The plan with WHOLE experts: heads and dense widths as plan_tensor_parallel, expert widths
+// unsplit (expert = [0, expert_dim)), own_experts set. Throws ft::Error (no routed experts,
+// fewer experts than ranks, or what plan_tensor_parallel refuses).
+TpPlan plan_whole_experts(const ModelConfig& c, int world, const TpAlign& align = {});
+// The plan with `experts` (SLICE or WHOLE), for a config or a loaded model (its granularity).
+TpPlan plan_tensor_parallel(const ModelConfig& c, int world, TpExperts experts);
+TpPlan plan_tensor_parallel(const Model& m, int world, TpExperts experts);
+// A whole-expert shard's layer: d's experts become the rank's own (views of L's, no copies)
+// and gpt-oss's expert biases their rows (every rank adds its experts' down bias).
+void own_expert_layer(const ModelConfig& c, const LayerWeights& L, const TpRank& r,
+                      LayerWeights& d);
 
 }  // namespace ft

@@ -202,6 +202,20 @@ void check_model(Ctx& ctx, const Model& m, const std::string& name, int64_t prom
   });
 }
 
+// Whole-expert ownership (--tp-experts whole): the same checks with each rank owning whole
+// experts at full width (its routing skips the other ranks' ids; the FFN all-reduce sums).
+void check_whole_experts(Ctx& ctx, const std::string& fixtures, const Model& syn) {
+  Ctx w = ctx;
+  w.tp.experts = TpExperts::WHOLE;
+  w.failed = w.total = 0;
+  for (const char* f : {"qwen3_moe", "mixtral", "olmoe", "qwen3_moe_yarn"}) {
+    auto m = Model::load(fixtures + "/" + f);
+    check_model(w, *m, fmt::format("whole {}", f), 12, 16, true);
+  }
+  check_model(w, syn, "whole synthetic 30B-A3B", 40, 8, false);
+  ctx.failed += w.failed, ctx.total += w.total;
+}
+
 // Several "nodes" on one host: node 0 checks qwen3_moe, the others serve the passes.
 int multi_node(Ctx& ctx, const std::string& fixtures) {
   auto m = Model::load(fixtures + "/qwen3_moe");
@@ -268,6 +282,7 @@ int main(int argc, char** argv) {
                                                 .kv_heads = 4, .head_dim = 128, .vocab = 151936});
     auto syn = Model::synthetic(c, 42);
     check_model(ctx, *syn, "synthetic 30B-A3B shapes", 40, 8, false);
+    check_whole_experts(ctx, fixtures, *syn);
     // FP8 128x128 tiles (tests/parallel/fp8_model.h): 384-wide experts go out as 128 + 256.
     auto f8base = Model::synthetic(test::fp8_test_config(), 5);
     auto f8 = test::fp8_copy(*f8base);

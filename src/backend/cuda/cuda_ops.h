@@ -352,6 +352,12 @@ struct GemvNorm {
   float eps;
   float* x_out = nullptr;
 };
+// Tensor-parallel whole-expert shards: routed ids in [begin, begin + count) are written as
+// id - begin (the shard's own experts), the others as -1 (the experts layer and the slot cache
+// skip them); the weights stay the full top-k's. count 0: ids unchanged.
+struct RouteLocal {
+  int32_t begin = 0, count = 0;
+};
 // With route (one matrix: the MoE router): the last block to finish also runs
 // route_topk_softmax on y, saving a launch. counter: a device uint32 that is zero before the
 // call and is left zero.
@@ -361,6 +367,7 @@ struct GemvRoute {
   int32_t* ids;
   float* weights;
   uint32_t* counter;
+  RouteLocal local = {};
 };
 void gemv_multi(const float* x, int64_t n, const GemvOut* outs, int count,
                 const GemvNorm* norm = nullptr, const GemvRoute* route = nullptr);
@@ -409,9 +416,9 @@ void split_bf16(const float* x, int64_t count, void* hi, void* lo);
 
 // Per token (one warp each): softmax over logits [n, n_experts], the top_k largest (ties:
 // lower index) with their probabilities, renormalised to sum 1 when renormalize. ids/weights:
-// [n, top_k]. n_experts <= 512, top_k <= min(32, n_experts).
+// [n, top_k]. n_experts <= 512, top_k <= min(32, n_experts). local: see RouteLocal.
 void route_topk_softmax(const float* logits, int64_t n, int64_t n_experts, int64_t top_k,
-                        bool renormalize, int32_t* ids, float* weights);
+                        bool renormalize, int32_t* ids, float* weights, RouteLocal local = {});
 
 // Scratch of the experts layer for up to max_tokens tokens of top_k slots each.
 class MoeWorkspace {

@@ -39,6 +39,7 @@ struct GemvParams {
   float* route_w;
   int route_k;
   bool route_renorm;
+  RouteLocal route_local;
 };
 
 // Largest shared-memory staging of normalised x (NT rows of cols floats).
@@ -129,7 +130,8 @@ __global__ void __launch_bounds__(32 * k_gemv_rows)
     __threadfence();
     for (int t = threadIdx.y; t < NT; t += k_gemv_rows)
       route_token(p.y[0] + t * rows, static_cast<int>(rows), p.route_k, p.route_renorm,
-                  p.route_ids + t * p.route_k, p.route_w + t * p.route_k);
+                  p.route_ids + t * p.route_k, p.route_w + t * p.route_k, p.route_local.begin,
+                  p.route_local.count);
     if (threadIdx.x == 0 && threadIdx.y == 0) *p.route_counter = 0;  // ready for the next call
   }
 }
@@ -268,7 +270,7 @@ void gemv_multi(const float* x, int64_t n, const GemvOut* outs, int count, const
     quant_gemv_multi(x, n, outs, count);
     if (route)
       route_topk_softmax(outs[0].y, n, outs[0].w.rows, route->top_k, route->renormalize,
-                         route->ids, route->weights);
+                         route->ids, route->weights, route->local);
     return;
   }
   if (norm && n * cols * static_cast<int64_t>(sizeof(float)) > k_gemv_norm_smem) {
@@ -282,6 +284,11 @@ void gemv_multi(const float* x, int64_t n, const GemvOut* outs, int count, const
   if (route) {
     p.route_counter = route->counter, p.route_ids = route->ids, p.route_w = route->weights;
     p.route_k = static_cast<int>(route->top_k), p.route_renorm = route->renormalize;
+    p.route_local = route->local;
+    FT_CHECK(route->local.begin >= 0 && route->local.count >= 0 &&
+                 route->local.begin + route->local.count <= outs[0].w.rows,
+             "gemv_multi: local experts {}+{} of {}", route->local.begin, route->local.count,
+             outs[0].w.rows);
   }
   p.block0[0] = 0;
   for (int m = 0; m < count; ++m) {

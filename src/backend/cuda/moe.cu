@@ -280,14 +280,15 @@ __global__ void combine_kernel(const float* __restrict__ d, const int32_t* __res
     float o = 0.f;
     for (int k = 0; k < top_k; ++k) {
       const int64_t s = t * top_k + k, row = slot_row ? slot_row[s] : s;
-      o += w[s] * d[row * hidden + j];
+      if (row >= 0) o += w[s] * d[row * hidden + j];  // row < 0: an id < 0, not computed here
     }
     out[t * hidden + j] = accumulate ? out[t * hidden + j] + o : o;
   }
 }
 
 // One block: offsets[e] = first grouped row of expert e; rows keep slot order within an
-// expert. Thread e scans the slots (slots are few: max_tokens * top_k).
+// expert. Thread e scans the slots (slots are few: max_tokens * top_k). Slots with ids < 0
+// (another shard's experts) get no row: slot_row -1.
 __global__ void group_kernel(const int32_t* __restrict__ ids, int64_t slots, int n_experts,
                              int32_t* __restrict__ offsets, int32_t* __restrict__ row_slot,
                              int32_t* __restrict__ slot_row) {
@@ -302,6 +303,8 @@ __global__ void group_kernel(const int32_t* __restrict__ ids, int64_t slots, int
     for (int e = 0; e < n_experts; ++e) offsets[e + 1] += offsets[e];
   }
   __syncthreads();
+  for (int64_t i = threadIdx.x; i < slots; i += blockDim.x)
+    if (ids[i] < 0) slot_row[i] = -1;
   for (int e = threadIdx.x; e < n_experts; e += blockDim.x) {
     int32_t row = offsets[e];
     for (int64_t i = 0; i < slots; ++i)
@@ -312,9 +315,11 @@ __global__ void group_kernel(const int32_t* __restrict__ ids, int64_t slots, int
   }
 }
 
-// xs[r] = x[row_slot[r] / top_k].
+// xs[r] = x[row_slot[r] / top_k] for the grouped rows r < rows (= offsets[n_experts]).
 __global__ void gather_kernel(const float* __restrict__ x, const int32_t* __restrict__ row_slot,
-                              int top_k, int64_t hidden, float* __restrict__ xs) {
+                              const int32_t* __restrict__ rows, int top_k, int64_t hidden,
+                              float* __restrict__ xs) {
+  if (blockIdx.x >= *rows) return;
   const float* src = x + (row_slot[blockIdx.x] / top_k) * hidden;
   for (int64_t j = threadIdx.x; j < hidden; j += blockDim.x) xs[blockIdx.x * hidden + j] = src[j];
 }
@@ -415,7 +420,8 @@ void prefill(Blas& blas, const DeviceExperts& e, const MoeArgs& a, MoeWorkspace&
   auto* slot_row = ws.slot_row.as<int32_t>();
   group_kernel<<<1, 256, 0, stream()>>>(a.ids, slots, static_cast<int>(E), offsets, row_slot, slot_row);
   CUDA_CHECK_LAUNCH();
-  gather_kernel<<<static_cast<unsigned>(slots), 128, 0, stream()>>>(a.x, row_slot, k, H, ws.xs.as<float>());
+  gather_kernel<<<static_cast<unsigned>(slots), 128, 0, stream()>>>(a.x, row_slot, offsets + E, k,
+                                                                    H, ws.xs.as<float>());
   CUDA_CHECK_LAUNCH();
   // The host needs the group sizes to size each expert's GEMM: one sync per MoE layer.
   copy_to_host(ws.host_offsets.data(), offsets, (E + 1) * sizeof(int32_t));

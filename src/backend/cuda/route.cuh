@@ -10,10 +10,12 @@ namespace ft::cuda {
 constexpr int k_route_max_per_lane = 16;  // n_experts <= 512
 
 // ids[0..top_k) / weights[0..top_k) of logits l[0..n_experts), called by all 32 lanes of a warp;
-// n_experts <= 32 * PER.
+// n_experts <= 32 * PER. local_n > 0 (tensor-parallel whole-expert shards): ids in
+// [local0, local0 + local_n) are written as id - local0, the others as -1 (after renormalising).
 template <int PER>
 __device__ __forceinline__ void route_token_per(const float* l, int n_experts, int top_k,
-                                                bool renormalize, int32_t* ids, float* weights) {
+                                                bool renormalize, int32_t* ids, float* weights,
+                                                int local0, int local_n) {
   constexpr int k_max_per_lane = PER;
   const int lane = threadIdx.x & 31;
   float p[k_max_per_lane];
@@ -65,17 +67,24 @@ __device__ __forceinline__ void route_token_per(const float* l, int n_experts, i
     for (int k = 0; k < top_k; ++k) s += weights[k];
     for (int k = 0; k < top_k; ++k) weights[k] /= s;
   }
+  if (local_n > 0 && lane == 0)
+    for (int k = 0; k < top_k; ++k) {
+      const int e = ids[k] - local0;
+      ids[k] = e >= 0 && e < local_n ? e : -1;
+    }
 }
 
 // route_token_per with the fewest slots per lane that hold n_experts (a uniform branch).
 __device__ __forceinline__ void route_token(const float* l, int n_experts, int top_k,
-                                            bool renormalize, int32_t* ids, float* weights) {
+                                            bool renormalize, int32_t* ids, float* weights,
+                                            int local0 = 0, int local_n = 0) {
   if (n_experts <= 32 * 4)
-    route_token_per<4>(l, n_experts, top_k, renormalize, ids, weights);
+    route_token_per<4>(l, n_experts, top_k, renormalize, ids, weights, local0, local_n);
   else if (n_experts <= 32 * 8)
-    route_token_per<8>(l, n_experts, top_k, renormalize, ids, weights);
+    route_token_per<8>(l, n_experts, top_k, renormalize, ids, weights, local0, local_n);
   else
-    route_token_per<k_route_max_per_lane>(l, n_experts, top_k, renormalize, ids, weights);
+    route_token_per<k_route_max_per_lane>(l, n_experts, top_k, renormalize, ids, weights, local0,
+                                          local_n);
 }
 
 }  // namespace ft::cuda

@@ -2,7 +2,8 @@
 // step's cache bookkeeping needs no host round trip and can be captured in a CUDA graph.
 // Lookups run in parallel; thread 0 does the short serial parts on shared memory (distinct
 // ids, miss order); the victim search (least recently used slot not used this step, lowest
-// index on ties) is a block-wide min per miss.
+// index on ties) is a block-wide min per miss. Ids < 0 (a tensor-parallel shard's routed ids
+// of other ranks' experts) are skipped: slot -1, no lookup.
 #include <algorithm>
 
 #include "backend/cuda/common.cuh"
@@ -38,6 +39,7 @@ __global__ void __launch_bounds__(k_threads) ensure_kernel(const __grid_constant
     s.counters[SC_STEP] = step;
     int na = 0;
     for (int64_t i = 0; i < a.count; ++i) {  // distinct, first-occurrence order
+      if (ids[i] < 0) continue;
       bool seen = false;
       for (int j = 0; j < na; ++j) seen = seen || active[j] == ids[i];
       if (!seen) active[na++] = ids[i];
@@ -110,8 +112,8 @@ __global__ void __launch_bounds__(k_threads) ensure_kernel(const __grid_constant
   if (tid < na) s.recency[base + active[tid]] = step;
   if (tid < a.count) {
     int i = 0;
-    while (active[i] != ids[tid]) ++i;
-    a.slot_ids[tid] = slot_of[i];
+    while (ids[tid] >= 0 && active[i] != ids[tid]) ++i;
+    a.slot_ids[tid] = ids[tid] < 0 ? -1 : slot_of[i];
   }
 }
 

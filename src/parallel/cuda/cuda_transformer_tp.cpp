@@ -15,6 +15,12 @@ void CudaTransformer::set_tp(cuda::Comm* comm, int64_t full_q_dim, int64_t full_
     tp_sumsq_ = cuda::DeviceBuffer(2 * max_chunk_ * sizeof(float));
 }
 
+cuda::RouteLocal CudaTransformer::route_local() const {
+  if (c_.router_experts <= 0) return {};
+  return {.begin = static_cast<int32_t>(c_.expert_begin),
+          .count = static_cast<int32_t>(c_.n_experts)};
+}
+
 void CudaTransformer::tp_zero_residual(int64_t n) {
   if (tp_ && tp_->rank() > 0) cuda::memset_async(x_.data(), 0, n * c_.hidden * sizeof(float));
 }

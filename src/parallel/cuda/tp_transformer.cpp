@@ -42,7 +42,8 @@ TpTransformer::TpTransformer(const Model& model, const TpOptions& o, int64_t cap
                              int64_t max_chunk, int max_seqs, TpSetupFn setup)
     : model_(model),
       opt_(o),
-      plan_(plan_tensor_parallel(model, o.world)),
+      plan_(plan_tensor_parallel(model, o.world,
+                                 choose_tp_experts(o.experts, model.config(), o.world, false))),
       capacity_(capacity),
       max_chunk_(max_chunk),
       max_seqs_(max_seqs) {

@@ -20,6 +20,9 @@ struct TpOptions {
   int nnodes = 1, node_rank = 0;
   std::string master;        // ADDR:PORT of node 0's NCCL bootstrap (several nodes)
   int first_device = 0;      // local rank i runs on GPU first_device + i
+  // Routed experts: column slices of every expert, or whole experts per rank (tp_plan.h;
+  // AUTO: choose_tp_experts for a resident model).
+  TpExperts experts = TpExperts::SLICE;
 };
 
 // What a rank runs with, made by the caller on the rank's thread and device (so a planner can
