@@ -64,6 +64,8 @@ MemoryRequest cuda_offload_request(const Model& model, const HostExperts& expert
                                (3 * H + 2 * c.q_dim() + 2 * c.kv_dim() +
                                 2 * std::max<int64_t>(c.ffn_dim, 1) + c.routed_experts() + 2 * k);
   scratch += f * std::min(T, k_logit_rows) * c.vocab_size;                      // logits
+  if (const int64_t vl = model.weights().lm_head.shape[0]; vl < c.vocab_size)  // vocab split
+    scratch += f * std::min(T, k_logit_rows) * (c.vocab_size + 3 * vl);  // piece + gather
   scratch += 2 * T * widest * 2 + cuda::Blas::k_dequant_elems * f;              // Blas
   scratch += f * T * k * (2 * H + 2 * I) + 12 * T * k + 4 * (c.n_experts + 1);  // MoeWorkspace
   scratch +=
@@ -445,7 +447,7 @@ void CudaTransformer::pass(std::span<const CudaSeqStep> steps, int64_t n, float*
     cuda::rmsnorm(x, n, H, final_norm_, c_.rms_eps, xn);
     for (int64_t r = 0; r < n; r += logit_rows_) {
       const int64_t rows = std::min(logit_rows_, n - r);
-      cuda::matmul(*blas_, xn + r * H, rows, lm_head_, lg);
+      lm_head_rows(xn + r * H, rows, lg);
       cuda::copy_to_host(logits_all + r * V, lg, rows * V * sizeof(float));
     }
   }
@@ -454,14 +456,14 @@ void CudaTransformer::pass(std::span<const CudaSeqStep> steps, int64_t n, float*
     off += s.n;
     if (!s.logits) continue;
     cuda::rmsnorm(x + (off - 1) * H, 1, H, final_norm_, c_.rms_eps, xn);
-    cuda::matmul(*blas_, xn, 1, lm_head_, lg);
+    lm_head_rows(xn, 1, lg);
     cuda::copy_to_host(s.logits, lg, V * sizeof(float));
   }
 }
 
 void CudaTransformer::all_logits(int64_t n) {
   cuda::rmsnorm(x_.as<float>(), n, c_.hidden, final_norm_, c_.rms_eps, xn_.as<float>());
-  cuda::matmul(*blas_, xn_.as<float>(), n, lm_head_, logits_.as<float>());
+  lm_head_rows(xn_.as<float>(), n, logits_.as<float>());
 }
 
 void CudaTransformer::run_layers(std::span<const CudaSeqStep> steps, int64_t n) {

@@ -145,6 +145,10 @@ class CudaTransformer {
   // residual. full_q_dim / full_kv_dim: the unsharded widths (full-width q/k norms).
   // Call before the first pass, on the thread and device that run the passes.
   void set_tp(cuda::Comm* comm, int64_t full_q_dim, int64_t full_kv_dim);
+  // Vocab-split lm_head (after set_tp): the shard's lm_head is this rank's rows
+  // tp_vocab_range(vocab, world, rank) (parallel/tp_plan.h); every logits pass all-gathers the
+  // ranks' pieces of `pad` rows into [tokens, vocab] on every rank.
+  void set_tp_vocab(int64_t pad);
 
   // ---- Hybrid models (DeltaNet layers; model/cuda_delta_net.cpp), and sequence state
   // import/export for the prefix cache. A sequence's recurrent state is every DeltaNet layer's
@@ -284,6 +288,10 @@ class CudaTransformer {
   void tp_qk_norm(const float* q_norm, const float* k_norm, int64_t n);
   // A whole-expert shard (c_.router_experts > 0): the routed ids it computes, else all.
   cuda::RouteLocal route_local() const;
+  // y [rows, vocab] = xn [rows, hidden] lm_head^T; vocab-split: the local rows, all-gathered.
+  void lm_head_rows(const float* xn, int64_t rows, float* y);
+  int64_t tp_vocab_pad_ = 0;                // 0: lm_head replicated
+  cuda::DeviceBuffer tp_vpart_, tp_vgather_;  // [logit_rows, pad], [world, logit_rows, pad]
   cuda::Comm* tp_ = nullptr;
   int64_t tp_q_dim_ = 0, tp_kv_dim_ = 0;
   cuda::DeviceBuffer tp_sumsq_;  // [2, max_chunk]: q and k row sums of squares

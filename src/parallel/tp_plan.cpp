@@ -267,6 +267,7 @@ std::unique_ptr<Model> shard_model(const Model& model, const TpPlan& plan, int r
   const ModelWeights& w = model.weights();
   ModelWeights s;
   s.embed = w.embed, s.lm_head = w.lm_head, s.final_norm = w.final_norm;
+  if (r.vocab.size() > 0) s.lm_head = w.lm_head.rows(r.vocab.begin, r.vocab.end);  // tp_vocab.cpp
   const int64_t hd = c.head_dim;
   auto rows = [world](const TensorView& t, TpRange g, int64_t unit, const char* what) {
     return row_slice(t, g.begin * unit, g.end * unit, what, world);

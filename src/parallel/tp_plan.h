@@ -25,6 +25,7 @@ struct TpRank {
   TpRange ffn;     // dense MLP intermediate columns
   TpRange expert;  // routed experts' intermediate columns (every rank owns a slice of each)
   TpRange own_experts;  // whole-expert plans: the routed experts held at full width, else empty
+  TpRange vocab;        // vocab-split plans: the lm_head rows (logits) computed here, else empty
   bool adds_biases = true;  // row-parallel biases (o, the experts' down) are added by rank 0 only
   TpRange shared;           // the shared expert's intermediate columns
   TpRange delta_k, delta_v;  // DeltaNet key heads and their value heads (whole groups)
@@ -85,5 +86,14 @@ TpPlan plan_tensor_parallel(const Model& m, int world, TpExperts experts);
 // and gpt-oss's expert biases their rows (every rank adds its experts' down bias).
 void own_expert_layer(const ModelConfig& c, const LayerWeights& L, const TpRank& r,
                       LayerWeights& d);
+
+// ---- Vocab-split lm_head (parallel/tp_vocab.cpp; TpOptions::vocab_split)
+// Rank r computes the logits of vocabulary rows [r * P, min(V, (r + 1) * P)) with
+// P = tp_vocab_pad(V, world) = ceil(V / world) (the all-gather moves P per rank; the last
+// rank's tail is padding). The embedding stays replicated.
+int64_t tp_vocab_pad(int64_t vocab, int world);
+TpRange tp_vocab_range(int64_t vocab, int world, int rank);
+// Sets every rank's vocab range; ft::Error when there are fewer rows than ranks.
+void split_vocab(TpPlan& p, int64_t vocab);
 
 }  // namespace ft

@@ -8,7 +8,8 @@
 // misses over PCIe) at the measured HBM / concurrent host->GPU bandwidth; offloaded prefill,
 // streaming the GPU's experts once per pass at the concurrent host->GPU bandwidth.
 //   tp_bench [--worlds 1 2] [--budgets all 16GiB] [--tp-experts slice whole] [--layers 48]
-//            [--decode 32] [--prompts 512 4096] [--chunk 4096] [--threads 0]
+//            [--decode 32] [--prompts 512 4096] [--chunk 4096] [--threads 0] [--vocab-split]
+// --vocab-split: TP > 1 runs split the lm_head's rows over the GPUs (logits all-gathered).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -37,6 +38,7 @@ struct Opts {
   std::vector<int64_t> prompts = {512, 4096};
   int64_t layers = 48, decode = 32, chunk = 4096;
   int threads = 0;
+  bool vocab_split = false;
 };
 
 struct Row {
@@ -115,7 +117,7 @@ Row run(const Opts& o, const Model& model, const ModelConfig& real, int world, T
     return s;
   };
   TpOptions to;
-  to.world = world, to.experts = mode;
+  to.world = world, to.experts = mode, to.vocab_split = o.vocab_split;
   TpTransformer tp(model, to, cap, o.chunk, 1, setup);
   row.slots = slots, row.all = all;
   const int64_t V = model.config().vocab_size;
@@ -185,6 +187,7 @@ int main(int argc, char** argv) {
     else if (a == "--decode") o.decode = num();
     else if (a == "--chunk") o.chunk = num();
     else if (a == "--threads") o.threads = static_cast<int>(num());
+    else if (a == "--vocab-split") o.vocab_split = true;
     else { std::fprintf(stderr, "tp_bench: unknown argument %s\n", a.c_str()); return 2; }
   }
   const int threads = o.threads > 0 ? o.threads
@@ -262,7 +265,11 @@ int main(int argc, char** argv) {
     const Row* b = base(r.budget);
     const double sp = b ? r.decode_tps / b->decode_tps : 0;
     s += fmt::format("| {} | {} | {} | {} of {} | {:.1f} | {} | {:.1f}% | {:.2f}x | {:.0f}% |",
-                     r.world, r.world > 1 ? tp_experts_name(r.mode) : "-", r.budget, r.slots,
+                     r.world,
+                     r.world == 1 ? std::string("-")
+                                  : fmt::format("{}{}", tp_experts_name(r.mode),
+                                                o.vocab_split ? " + vocab split" : ""),
+                     r.budget, r.slots,
                      r.all, r.decode_tps, of(r.decode_tps, r.decode_bound), 100 * r.hit, sp,
                      100 * sp / r.world);
     for (size_t i = 0; i < r.prefill_tps.size(); ++i)

@@ -221,6 +221,23 @@ void check_whole_experts(Ctx& ctx, const std::string& fixtures, const Model& syn
   ctx.failed += w.failed, ctx.total += w.total;
 }
 
+// Vocab-split lm_head (TpOptions::vocab_split): each rank's lm_head rows, logits all-gathered
+// (prefill rows in pieces, decode inside the graphs); with slices and with whole experts.
+void check_vocab_split(Ctx& ctx, const std::string& fixtures, const Model& syn) {
+  for (TpExperts e : {TpExperts::SLICE, TpExperts::WHOLE}) {
+    Ctx v = ctx;
+    v.tp.vocab_split = true, v.tp.experts = e;
+    v.failed = v.total = 0;
+    const std::string tag = e == TpExperts::WHOLE ? "vocab+whole" : "vocab";
+    for (const char* f : {"qwen3_moe", "mixtral"}) {
+      auto m = Model::load(fixtures + "/" + f);
+      check_model(v, *m, fmt::format("{} {}", tag, f), 12, 16, true);
+    }
+    check_model(v, syn, tag + " synthetic 30B-A3B", 40, 8, false);
+    ctx.failed += v.failed, ctx.total += v.total;
+  }
+}
+
 // Several "nodes" on one host: node 0 checks qwen3_moe, the others serve the passes.
 int multi_node(Ctx& ctx, const std::string& fixtures) {
   auto m = Model::load(fixtures + "/qwen3_moe");
@@ -299,6 +316,7 @@ int main(int argc, char** argv) {
     auto f8 = test::fp8_copy(*f8base);
     check_model(ctx, *f8, "fp8 synthetic", 12, 16, false);
     check_whole_experts(ctx, fixtures, *syn);
+    check_vocab_split(ctx, fixtures, *syn);
   } catch (const std::exception& e) {
     std::printf("FAIL: %s\n", e.what());
     return 1;

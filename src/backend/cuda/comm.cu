@@ -50,6 +50,13 @@ void Comm::all_reduce_sum(float* x, int64_t count) {
                            static_cast<ncclComm_t>(handle_), stream()));
 }
 
+void Comm::all_gather(const float* send, float* recv, int64_t count) {
+  if (count == 0) return;
+  if (world_ == 1) return copy_on_device(recv, send, count * sizeof(float));
+  NCCL_CHECK(ncclAllGather(send, recv, static_cast<size_t>(count), ncclFloat32,
+                           static_cast<ncclComm_t>(handle_), stream()));
+}
+
 void Comm::broadcast(void* buf, size_t bytes, int root) {
   if (world_ == 1 || bytes == 0) return;
   NCCL_CHECK(ncclBroadcast(buf, buf, bytes, ncclUint8, root, static_cast<ncclComm_t>(handle_),

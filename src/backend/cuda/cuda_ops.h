@@ -52,6 +52,10 @@ void copy_to_host(void* dst, const void* src, size_t bytes);
 void copy_to_device_async(void* dst, const void* src, size_t bytes);
 void copy_to_host_async(void* dst, const void* src, size_t bytes);
 void copy_on_device(void* dst, const void* src, size_t bytes);
+// height rows of width bytes from src (rows spitch bytes apart) to dst (dpitch apart), on the
+// default stream (graph-capturable).
+void copy_2d_on_device(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width,
+                       size_t height);
 void memset_async(void* dst, int value, size_t bytes);
 void stream_synchronize();  // waits for the current stream
 void synchronize();  // waits for the device; reports any asynchronous error with file:line
@@ -707,6 +711,8 @@ class Comm {
   void all_reduce_sum(float* x, int64_t count);
   // root's bytes at buf (device) to every rank's buf.
   void broadcast(void* buf, size_t bytes, int root);
+  // recv[r * count, (r + 1) * count) = rank r's send[0, count), on every rank.
+  void all_gather(const float* send, float* recv, int64_t count);
 
  private:
   void* handle_ = nullptr;  // ncclComm_t

@@ -79,6 +79,13 @@ void copy_on_device(void* dst, const void* src, size_t bytes) {
   if (bytes) CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream()));
 }
 
+void copy_2d_on_device(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width,
+                       size_t height) {
+  if (width && height)
+    CUDA_CHECK(cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, height,
+                                 cudaMemcpyDeviceToDevice, stream()));
+}
+
 void memset_async(void* dst, int value, size_t bytes) {
   if (bytes) CUDA_CHECK(cudaMemsetAsync(dst, value, bytes, stream()));
 }

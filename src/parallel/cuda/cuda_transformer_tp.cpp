@@ -4,6 +4,7 @@
 // residual + the sum of the partials on every rank (rank 0 also adds the row-parallel biases).
 #include "base/error.h"
 #include "model/cuda_transformer.h"
+#include "parallel/tp_plan.h"
 
 namespace ft {
 
@@ -13,6 +14,35 @@ void CudaTransformer::set_tp(cuda::Comm* comm, int64_t full_q_dim, int64_t full_
   tp_q_dim_ = full_q_dim, tp_kv_dim_ = full_kv_dim;
   if (tp_ && c_.qk_norm == QkNorm::FULL)
     tp_sumsq_ = cuda::DeviceBuffer(2 * max_chunk_ * sizeof(float));
+}
+
+void CudaTransformer::set_tp_vocab(int64_t pad) {
+  FT_CHECK(tp_ && pad > 0, "set_tp_vocab: call set_tp first (world > 1)");
+  const int64_t V = c_.vocab_size;
+  const TpRange mine = tp_vocab_range(V, tp_->world(), tp_->rank());
+  FT_CHECK(pad == tp_vocab_pad(V, tp_->world()) && lm_head_.rows == mine.size(),
+           "set_tp_vocab: lm_head has {} rows, rank {} owns {}..{}", lm_head_.rows, tp_->rank(),
+           mine.begin, mine.end);
+  tp_vocab_pad_ = pad;
+  tp_vpart_ = cuda::DeviceBuffer(logit_rows_ * pad * sizeof(float));
+  tp_vgather_ = cuda::DeviceBuffer(tp_->world() * logit_rows_ * pad * sizeof(float));
+}
+
+// Each rank's piece [rows, its vocab rows] travels as rows * pad floats; piece r lands at
+// columns tp_vocab_range(r) of y (one strided copy per rank, graph-capturable).
+void CudaTransformer::lm_head_rows(const float* xn, int64_t rows, float* y) {
+  if (tp_vocab_pad_ == 0) return cuda::matmul(*blas_, xn, rows, lm_head_, y);
+  FT_CHECK(rows <= logit_rows_, "lm_head_rows: {} rows of {}", rows, logit_rows_);
+  const int64_t V = c_.vocab_size, P = tp_vocab_pad_;
+  const int W = tp_->world();
+  float *part = tp_vpart_.as<float>(), *all = tp_vgather_.as<float>();
+  cuda::matmul(*blas_, xn, rows, lm_head_, part);
+  tp_->all_gather(part, all, rows * P);
+  for (int r = 0; r < W; ++r) {
+    const TpRange v = tp_vocab_range(V, W, r);
+    const size_t w = v.size() * sizeof(float);
+    cuda::copy_2d_on_device(y + v.begin, V * sizeof(float), all + r * rows * P, w, w, rows);
+  }
 }
 
 cuda::RouteLocal CudaTransformer::route_local() const {

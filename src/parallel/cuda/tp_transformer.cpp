@@ -47,6 +47,7 @@ TpTransformer::TpTransformer(const Model& model, const TpOptions& o, int64_t cap
       capacity_(capacity),
       max_chunk_(max_chunk),
       max_seqs_(max_seqs) {
+  if (o.vocab_split && o.world > 1) split_vocab(plan_, model.config().vocab_size);
   if (o.nnodes < 1 || o.world % o.nnodes != 0)
     fail("--tensor-parallel {} does not split over {} nodes", o.world, o.nnodes);
   if (o.node_rank < 0 || o.node_rank >= o.nnodes)
@@ -97,6 +98,7 @@ TpTransformer::TpTransformer(const Model& model, const TpOptions& o, int64_t cap
           rp->comm = std::make_unique<cuda::Comm>(id, rp->global, plan_.world);
           const ModelConfig& c = model_.config();
           rp->tf->set_tp(rp->comm.get(), c.q_dim(), c.kv_dim());
+          if (opt_.vocab_split) rp->tf->set_tp_vocab(tp_vocab_pad(c.vocab_size, plan_.world));
           cuda::DeviceBuffer warm(sizeof(float));  // NCCL connects before any graph capture
           rp->comm->all_reduce_sum(warm.as<float>(), 1);
           cuda::synchronize();

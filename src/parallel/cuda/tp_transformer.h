@@ -23,6 +23,9 @@ struct TpOptions {
   // Routed experts: column slices of every expert, or whole experts per rank (tp_plan.h;
   // AUTO: choose_tp_experts for a resident model).
   TpExperts experts = TpExperts::SLICE;
+  // lm_head rows split over the ranks (tp_plan.h split_vocab), logits all-gathered; off: every
+  // rank holds the whole lm_head.
+  bool vocab_split = false;
 };
 
 // What a rank runs with, made by the caller on the rank's thread and device (so a planner can
