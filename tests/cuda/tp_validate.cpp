@@ -304,6 +304,10 @@ int main(int argc, char** argv) {
       const std::string dir = fixtures + "/" + f;
       auto m = Model::load(dir);
       check_model(ctx, *m, f, 12, 16, true);
+      // Hybrid: a prompt over two 64-token chunks takes the chunked delta rule (and carries the
+      // conv/ssm state across chunks) on each rank's heads; gpt-oss: windows and sinks over it.
+      if (m->config().has_delta() || m->config().attn_sinks)
+        check_model(ctx, *m, std::string(f) + " 100-token prompt", 100, 8, false);
     }
     // Qwen3-30B-A3B's layer shapes (4 of its 48 layers, bf16, experts resident in the Model).
     const ModelConfig c = synthetic_moe_config({.layers = 4, .experts = 128, .top_k = 8,
