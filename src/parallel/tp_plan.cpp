@@ -233,8 +233,8 @@ TensorView slice_columns(const TensorView& t, int64_t c0, int64_t c1,
            t.name, c0, c1, t.shape_str());
   if (c0 == 0 && c1 == t.inner()) return t;  // every column: the tensor itself (whole experts)
   const int64_t block = column_unit(t);
-  FT_CHECK(c0 % block == 0 && (c1 % block == 0 || c1 == t.inner()), "{}: columns {}..{} split blocks",
-           t.name, c0, c1);
+  FT_CHECK(c0 % block == 0 && (c1 % block == 0 || c1 == t.inner()),
+           "{}: columns {}..{} split blocks", t.name, c0, c1);
   const size_t row = dtype_row_bytes(t.dtype, t.inner());
   const size_t skip = dtype_row_bytes(t.dtype, c0) * (c0 > 0);
   const size_t width = dtype_row_bytes(t.dtype, c1 - c0);

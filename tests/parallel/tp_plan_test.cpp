@@ -240,7 +240,8 @@ std::vector<float> delta_mixer(ThreadPool& pool, const ModelConfig& c, const Del
     float ss = 0.f;
     for (int64_t j = 0; j < dv; ++j) ss += oh[j] * oh[j];
     const float inv = 1.f / std::sqrt(ss / dv + c.rms_eps);
-    for (int64_t j = 0; j < dv; ++j) oh[j] = oh[j] * inv * D.norm[j] * zh[j] / (1.f + std::exp(-zh[j]));
+    for (int64_t j = 0; j < dv; ++j)
+      oh[j] = oh[j] * inv * D.norm[j] * zh[j] / (1.f + std::exp(-zh[j]));
   }
   ops::matmul(pool, o.data(), n, D.out, y.data());
   return y;
@@ -248,7 +249,8 @@ std::vector<float> delta_mixer(ThreadPool& pool, const ModelConfig& c, const Del
 
 // Sums fn(rank) over the ranks and compares with want.
 void expect_partials_sum(int world, const std::vector<float>& want,
-                         const std::function<std::vector<float>(int)>& fn, const std::string& what) {
+                         const std::function<std::vector<float>(int)>& fn,
+                         const std::string& what) {
   std::vector<float> sum(want.size(), 0.f);
   for (int r = 0; r < world; ++r) {
     const auto y = fn(r);
@@ -308,7 +310,8 @@ void check_partial_sums(ThreadPool& pool, const Model& m, const std::string& tag
       const TpRank& k = p.ranks[r];
       const int64_t q0 = k.q_heads.begin * c.head_dim, ql = k.q_heads.size() * c.head_dim;
       std::vector<float> a(n * ql), y(n * H);
-      for (int64_t t = 0; t < n; ++t) std::copy_n(att.begin() + t * qd + q0, ql, a.begin() + t * ql);
+      for (int64_t t = 0; t < n; ++t)
+        std::copy_n(att.begin() + t * qd + q0, ql, a.begin() + t * ql);
       ops::matmul(pool, a.data(), n, S(r).o.w, y.data(),
                   S(r).o.bias.empty() ? nullptr : S(r).o.bias.data());
       return y;
