@@ -213,7 +213,8 @@ void check_whole_experts(Ctx& ctx, const std::string& fixtures, const Model& syn
   Ctx w = ctx;
   w.tp.experts = TpExperts::WHOLE;
   w.failed = w.total = 0;
-  for (const char* f : {"qwen3_moe", "mixtral", "olmoe", "qwen3_moe_yarn"}) {
+  for (const char* f : {"qwen3_moe", "mixtral", "olmoe", "qwen3_moe_yarn", "gpt_oss",
+                        "gpt_oss_mxfp4", "qwen3_5_moe"}) {
     auto m = Model::load(fixtures + "/" + f);
     check_model(w, *m, fmt::format("whole {}", f), 12, 16, true);
   }
