@@ -87,19 +87,20 @@ const std::vector<DType>& formats() {
 
 // y[t, r] vs the f64 dot over the dequantized rows: |d| <= tol * sum|w x| + 1e-6. With
 // cpu_acts, the bound adds int8 activation rounding (<= max|x_g| / 254 per element of each
-// 16-group g): the CPU quant matmul and the CUDA int8-activation GEMV are compared with that.
+// group g of `group` elements): the CPU quant matmul and the CUDA int8-activation GEMV are
+// compared with that.
 std::string compare(const QMatrix& m, const std::vector<float>& x, int64_t n,
                     const std::vector<float>& got, double tol, const std::string& what,
-                    bool cpu_acts = false) {
+                    bool cpu_acts = false, int group = 16) {
   for (int64_t t = 0; t < n; ++t) {
     const float* xt = x.data() + t * m.cols;
-    std::vector<float> gmax(m.cols / 16, 0.f);
-    for (int64_t i = 0; i < m.cols; ++i) gmax[i / 16] = std::max(gmax[i / 16], std::fabs(xt[i]));
+    std::vector<float> gmax((m.cols + group - 1) / group, 0.f);
+    for (int64_t i = 0; i < m.cols; ++i) gmax[i / group] = std::max(gmax[i / group], std::fabs(xt[i]));
     for (int64_t r = 0; r < m.rows; ++r) {
       double ref = 0, mag = 0, act = 0;
       for (int64_t i = 0; i < m.cols; ++i) {
         const double w = m.ref[r * m.cols + i];
-        ref += w * xt[i], mag += std::fabs(w * xt[i]), act += std::fabs(w) * gmax[i / 16] / 254;
+        ref += w * xt[i], mag += std::fabs(w * xt[i]), act += std::fabs(w) * gmax[i / group] / 254;
       }
       const double bound = tol * mag + 1e-6 + (cpu_acts ? 1.01 * act : 0.0);
       const double d = std::fabs(got[t * m.rows + r] - ref);
@@ -117,15 +118,24 @@ std::string fmt_name(DType d) { return std::string(dtype_name(d)); }
 // codes, when the int8 kernel is on).
 bool int8_acts(DType dt, bool int8_on) { return int8_on && dt != DType::F8_E4M3_B128; }
 
-// x rounded as the int8 GEMV rounds it: per 16 elements q = rint(x * 127 / amax), x' = q * amax
-// / 127 (the reference for checks whose error bound does not follow the rounding analytically).
-std::vector<float> round_acts(const std::vector<float>& x) {
+// Elements per activation scale of the int8 GEMV on dt for nt tokens per launch: 16, except
+// the one-token streaming kernel on the nibble-codebook formats (quant_dot32.cuh's
+// NIBBLE_PAIRS: their code words mix a unit's two halves), 32.
+int act_group(DType dt, int64_t nt) {
+  const bool pairs = dt == DType::MXFP4 || dt == DType::IQ4_NL || dt == DType::IQ4_XS;
+  return nt == 1 && pairs ? 32 : 16;
+}
+
+// x rounded as the int8 GEMV rounds it: per `group` elements q = rint(x * 127 / amax), x' = q
+// * amax / 127 (the reference for checks whose error bound does not follow the rounding
+// analytically).
+std::vector<float> round_acts(const std::vector<float>& x, int group) {
   std::vector<float> out(x.size());
-  for (size_t g = 0; g + 16 <= x.size(); g += 16) {
+  for (size_t g = 0; g + group <= x.size(); g += group) {
     float a = 0;
-    for (size_t i = g; i < g + 16; ++i) a = std::max(a, std::fabs(x[i]));
+    for (size_t i = g; i < g + group; ++i) a = std::max(a, std::fabs(x[i]));
     const float inv = a > 0 ? 127.f / a : 0.f, dx = a * (1.f / 127.f);
-    for (size_t i = g; i < g + 16; ++i) out[i] = dx * std::nearbyint(x[i] * inv);
+    for (size_t i = g; i < g + group; ++i) out[i] = dx * std::nearbyint(x[i] * inv);
   }
   return out;
 }
@@ -179,7 +189,7 @@ std::string check_gemv_mode(DType dt, bool int8_on) {
       cuda::gemv(dx.as<float>(), n, m.device(), dy.as<float>());
       const std::string what =
           fmt::format("{} gemv [{}, {}] n={}{}", fmt_name(dt), rows, cols, n, kern);
-      err += compare(m, x, n, down<float>(dy, n * rows), 2e-5, what, i8);
+      err += compare(m, x, n, down<float>(dy, n * rows), 2e-5, what, i8, act_group(dt, n));
       std::vector<float> cpu(n * rows);
       const TensorView v = m.view();
       ops::matmul(pool, x.data(), n, v, cpu.data());
@@ -274,7 +284,8 @@ std::string check_moe_mode(DType dt, bool int8_on) {
     const auto got = down<float>(dout, n * H);
     const bool i8 = n <= cuda::k_gemv_max_tokens && int8_acts(dt, int8_on);
     const double tol = i8 ? 2e-3 : 1e-4;
-    const std::vector<float> xr = i8 ? round_acts(x) : x;
+    const int group = act_group(dt, 1);  // the experts form runs one token per slot
+    const std::vector<float> xr = i8 ? round_acts(x, group) : x;
     for (int64_t t = 0; t < n; ++t) {
       std::vector<double> ref(H, 0.0);
       double mx = 1e-6;
@@ -290,7 +301,7 @@ std::string check_moe_mode(DType dt, bool int8_on) {
           }
           act[r] = static_cast<float>(gs / (1 + std::exp(-gs)) * us);
         }
-        if (i8) act = round_acts(act);
+        if (i8) act = round_acts(act, group);
         for (int64_t r = 0; r < H; ++r) {
           double s = 0;
           for (int64_t c = 0; c < I; ++c) s += double(d[e].ref[r * I + c]) * act[c];

@@ -1,15 +1,69 @@
 // Host side of quant_codes_test: the CUDA decoders of quant_device.cuh (code_words, code_group,
 // dot_u8s8, with the byte permute / funnel shift / dp4a emulated on the host) over one row of
-// blocks, code_pair against two code_words, and the int8-activation dot product the GEMV
-// kernel computes from them.
+// blocks and the int8-activation dot product the chunked GEMV computes from them, and
+// quant_dot32.cuh's units (the one-token streaming GEMV) at every block alignment.
 #include <cmath>
 
+#include <cstring>
+#include <vector>
+
 #include "backend/cuda/quant_device.cuh"
+#include "backend/cuda/quant_dot32.cuh"
 #include "quant_codes.h"
 
 namespace ft::cuda_checks {
 
 namespace {
+// The row's activations rounded as the streaming GEMV's quantize step (per 16, or per 32 for
+// NIBBLE_PAIRS formats): unit u's XUnit.
+template <class F>
+cuda::XUnit x_unit(const float* x, int64_t u, double* xr) {
+  cuda::XUnit xu{};
+  float a[2] = {0, 0};
+  for (int i = 0; i < 32; ++i) a[i / 16] = std::fmax(a[i / 16], std::fabs(x[32 * u + i]));
+  if (cuda::x_order<F>() == cuda::XOrder::NIBBLE_PAIRS) a[0] = a[1] = std::fmax(a[0], a[1]);
+  const float dx[2] = {a[0] * (1.f / 127.f), a[1] * (1.f / 127.f)};
+  int q[32], sum[2] = {0, 0};
+  for (int i = 0; i < 32; ++i) {
+    const float inv = a[i / 16] > 0 ? 127.f / a[i / 16] : 0.f;
+    q[i] = static_cast<int>(std::nearbyint(x[32 * u + i] * inv));
+    sum[i / 16] += q[i];
+    xr[i] = static_cast<double>(dx[i / 16]) * q[i];
+  }
+  for (int p = 0; p < 32; ++p)
+    xu.q[p / 4] |= static_cast<uint32_t>(q[cuda::x_element(cuda::x_order<F>(), p)] & 0xff) << (8 * (p % 4));
+  xu.dx0 = dx[0], xu.dx1 = dx[1];
+  xu.s0 = dx[0] * cuda::i2f(sum[0]), xu.s1 = dx[1] * cuda::i2f(sum[1]);
+  return xu;
+}
+
+// dot32 over the row at alignment A: the row copied to every A-aligned offset from a 16-byte
+// boundary (A = 1: the funnel path at every misalignment), against the f64 dot.
+template <class F, int A>
+void check_dot32(const uint8_t* row, const float* x, const float* w, int64_t cols, CodesResult& res) {
+  constexpr int bb = sizeof(typename F::Block);
+  constexpr int upb = F::kElems >= 32 ? F::kElems / 32 : 1;  // units per block
+  const int64_t nb = cols / F::kElems, bytes = nb * bb;
+  for (int shift = 0; shift < 16; shift += A) {
+    std::vector<uint8_t> buf(bytes + 64);
+    uint8_t* base = buf.data() + ((16 - reinterpret_cast<uintptr_t>(buf.data()) % 16) % 16) + shift;
+    std::memcpy(base, row, bytes);
+    double got = 0, want = 0, mag = 0;
+    for (int64_t u = 0; u < cols / 32; ++u) {
+      double xr[32];
+      const cuda::XUnit xu = x_unit<F>(x, u, xr);
+      const int64_t blk = F::kElems >= 32 ? u / upb : 2 * u;
+      got += cuda::dot32<F, A>(base + blk * bb, static_cast<int>(u % upb), xu);
+      for (int i = 0; i < 32; ++i) {
+        want += double(w[32 * u + i]) * xr[i];
+        mag += std::fabs(double(w[32 * u + i]) * xr[i]);
+      }
+    }
+    res.dot32 = got, res.dot32_acts = want;
+    res.dot32_err = std::max(res.dot32_err, std::fabs(got - want) / (mag > 0 ? mag : 1.0));
+  }
+}
+
 template <class F>
 CodesResult run(const uint8_t* row, const float* x, int64_t cols, float* w) {
   using Block = typename F::Block;
@@ -21,17 +75,6 @@ CodesResult run(const uint8_t* row, const float* x, int64_t cols, float* w) {
       uint32_t u[4];
       float d, m, f[16], du, dm;
       cuda::code_words(bl[b], g, u, d, m);
-      if constexpr (F::kElems > 16) {
-        if (g % 2 == 0) {  // code_pair's two groups vs code_words on each
-          uint32_t p0[4], p1[4], u1[4];
-          float d0, m0, d1, m1, e1, n1;
-          cuda::code_pair(bl[b], g, p0, p1, d0, m0, d1, m1);
-          cuda::code_words(bl[b], g + 1, u1, e1, n1);
-          for (int k = 0; k < 4; ++k)
-            if (p0[k] != u[k] || p1[k] != u1[k]) res.pair_vs_words = false;
-          if (d0 != d || m0 != m || d1 != e1 || m1 != n1) res.pair_vs_words = false;
-        }
-      }
       cuda::code_group(bl[b], g, f, du, dm);
       for (int i = 0; i < 16; ++i) {
         const float code = static_cast<float>((u[i / 4] >> (8 * (i % 4))) & 0xff);
@@ -53,6 +96,9 @@ CodesResult run(const uint8_t* row, const float* x, int64_t cols, float* w) {
       for (int k = 0; k < 4; ++k) su = cuda::dot_u8s8(u[k], q[k], su);
       res.dot += static_cast<double>(d) * dx * su + static_cast<double>(m) * dx * sq;
     }
+  constexpr int al = cuda::block_align<F>();
+  check_dot32<F, 1>(row, x, w, cols, res);
+  if constexpr (al >= 2) check_dot32<F, al>(row, x, w, cols, res);
   return res;
 }
 }  // namespace

@@ -1,9 +1,9 @@
 // The CUDA quantized GEMV's decoders, run on the host (no GPU needed): for every format with
 // integer codes, code_words (what the int8-activation kernel feeds to __dp4a) reproduces the
-// scalar reference dequant exactly, agrees with code_group (the f32 kernel's and the GEMM's
-// decode) and code_pair (the streaming kernel's two-group decode), and the kernel's
-// int8-activation dot product stays within the activation-rounding bound of the f64 dot over
-// the dequantized row.
+// scalar reference dequant exactly and agrees with code_group (the f32 kernel's and the GEMM's
+// decode), the chunked kernel's int8-activation dot product stays within the
+// activation-rounding bound of the f64 dot over the dequantized row, and the streaming kernel's
+// 32-element units (dot32) equal the f64 dot of their rounded activations at every alignment.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -39,7 +39,6 @@ TEST(QuantCodes, WordsMatchReferenceAndInt8DotWithinBound) {
     const CodesResult r = quant_codes(dt, row.data(), x.data(), cols, w.data());
     ASSERT_TRUE(r.supported);
     EXPECT_TRUE(r.words_vs_floats);
-    EXPECT_TRUE(r.pair_vs_words);
     // NVFP4's global scale is applied after the GEMV (the kernel's epilogue).
     for (int64_t i = 0; i < cols; ++i)
       ASSERT_NEAR(w[i] * gs, ref[i], 1e-6 * std::fabs(ref[i]) + 1e-12) << "element " << i;
@@ -52,6 +51,16 @@ TEST(QuantCodes, WordsMatchReferenceAndInt8DotWithinBound) {
     }
     EXPECT_LE(std::fabs(r.dot * gs - exact), 1.01 * act + 1e-5 * mag);
     EXPECT_GT(std::fabs(r.dot * gs - exact), 0.0);  // int8 activations: not the f32 sum
+    // The streaming GEMV's 32-element units: the f64 dot of its per-32 rounded activations
+    // with the reference weights, to f32 rounding (the units' sums are f32).
+    EXPECT_LT(r.dot32_err, 2e-6);
+    double act32 = 0;
+    for (int64_t i = 0; i < cols; ++i) {
+      float gmax = 0;
+      for (int64_t j = i / 32 * 32; j < i / 32 * 32 + 32; ++j) gmax = std::max(gmax, std::fabs(x[j]));
+      act32 += std::fabs(ref[i]) * gmax / 254;
+    }
+    EXPECT_LE(std::fabs(r.dot32 * gs - exact), 1.01 * act32 + 1e-5 * mag);
   }
 }
 

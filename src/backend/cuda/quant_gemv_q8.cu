@@ -6,7 +6,8 @@
 // takes whole 16-element groups: four __dp4a of the code words with the int8 activations, then
 // d * dx * sum(u q) + m * dx * sum(q). A block covers row_iters row groups so the activation
 // quantization is amortised over many rows on large matrices. One token (decode, experts) goes
-// through the streaming kernel below instead (one wave, cp.async ring, group pairs); the
+// through the streaming kernel below instead (one wave, cp.async ring, 32-element units with
+// activations rounded per 32, quant_dot32.cuh); the
 // chunked one serves 2..4 tokens and FT_CUDA_QGEMV=chunked.
 #include <algorithm>
 #include <atomic>
@@ -14,6 +15,7 @@
 #include <cstring>
 
 #include "backend/cuda/quant_device.cuh"
+#include "backend/cuda/quant_dot32.cuh"
 #include "backend/cuda/quant_gemv.cuh"
 
 namespace ft::cuda::qgemv {
@@ -224,41 +226,47 @@ __global__ void __launch_bounds__(k_threads, NT == 1 ? 3 : 2)
 
 // ---- the streaming kernel: one token (plain matrices and the experts form). Each warp owns a
 // contiguous run of rows (an even split over every warp that fits on the GPU at once, so there
-// is no second wave) and streams them in ~2 KiB chunks through a k_stages-deep cp.async ring in
+// is no second wave) and streams them in 2 or 4 KiB chunks through a k_stages-deep cp.async ring in
 // shared memory (no register staging; the chunks of the next rows load while this one's math
-// runs). Lanes take pairs of 16-element groups (code_pair: a whole Q8_0 / MXFP4 block, a Q4_K
-// sub-block, so scales decode once per pair); the activations' int8 codes, scales and scaled
-// sums are precomputed per block in shared memory.
+// runs; rows that fit a chunk go several to a chunk). Every lane takes whole 32-element units (quant_dot32.cuh: a 32-element block, a
+// 256-element block's sub-block, two NVFP4 blocks), lane l the chunk's units l, l + 32, ...;
+// the activations are quantized per block into shared memory once (int8 codes in the format's
+// order, scales per 16 elements, or per 32 for the nibble-codebook formats, XUnit).
 constexpr int k_stages = 3;
-constexpr int k_schunk_bytes = 2048;
 
 template <class F>
 struct SGeometry {
   using Block = typename F::Block;
-  static constexpr int kBB = sizeof(Block), kG = F::kElems / 16;
-  static constexpr int kM = kG >= 64 ? 1 : 64 / kG;  // blocks whose group pairs fill 32 lanes
-  static constexpr int kCB0 = (k_schunk_bytes / kBB + kM / 2) / kM * kM;
-  static constexpr int kCB = kCB0 > 0 ? kCB0 : kM;
-  static constexpr int kBuf = (kCB * kBB + 15) / 16 * 16 + 32;  // + misalignment + ld32 slack
+  static constexpr int kBB = sizeof(Block), kE = F::kElems;
+  static constexpr int kUPB = kE >= 32 ? kE / 32 : 1;  // units per block
+  static constexpr int kBPU = kE >= 32 ? 1 : 32 / kE;  // blocks per unit (NVFP4: 2)
+  static constexpr int kUB2 = 2 * kBB * kBPU / kUPB;  // twice the bytes per unit
+  // Units per lane per chunk: about k_schunk_bytes per chunk. Measured on the H200 (sm_90):
+  // 4 KiB chunks are faster for the formats of >= 5 bits (units of >= 20 bytes: Q8_0 4096x14336
+  // 57 -> 63% of the copy bandwidth, Q4_1 98304x2048 65 -> 74%), 2 KiB for the 4-bit and
+  // smaller ones (MXFP4 / Q4_K 98304x2048: 48 / 58% vs 50 / 54%, Q4_0 62 vs 57%).
+  static constexpr int k_schunk_bytes = kUB2 >= 40 ? 4096 : 2048;
+  static constexpr int kUPL0 = (2 * k_schunk_bytes / 32 + kUB2 / 2) / kUB2;
+  static constexpr int kUPL = kUPL0 < 1 ? 1 : (kUPL0 > 8 ? 8 : kUPL0);
+  static constexpr int kCB = 32 * kUPL * kBPU / kUPB;  // blocks per chunk
+  static constexpr int kBuf = (kCB * kBB + 15) / 16 * 16 + 32;  // + misalignment + ld slack
   static constexpr int kVpl = (kBuf / 16 + 31) / 32;
-  static constexpr int kPairs = kCB * kG / 64;  // group pairs per lane per chunk
   static constexpr size_t kStageSmem = size_t{k_warps} * k_stages * kBuf;
+  static_assert(32 * kUPL * kBPU % kUPB == 0, "a chunk is whole blocks");
 };
 
-// Activations for the streaming kernel: int8 codes, then {dx, dx * sum(q)}, per 16-group in
-// the order sgroup_pos gives (groups rounded up to whole 64s).
-__host__ __device__ inline int64_t sgroups(int64_t cols) { return (cols / 16 + 63) / 64 * 64; }
-size_t sact_smem(int64_t cols) { return static_cast<size_t>(sgroups(cols) * 24); }
-// Group gx's slot: in each run of 64 groups the even ones first, then the odd ones, so the lanes
-// of a warp reading pair (2 lane, 2 lane + 1) each touch consecutive 16-byte slots (no bank
-// conflicts); the pair's second group sits 32 slots after its first.
-__device__ __forceinline__ int64_t sgroup_pos(int64_t gx) {
-  return (gx & ~int64_t{63}) | (gx & 1) << 5 | ((gx >> 1) & 31);
-}
+// Activations for the streaming kernel, per 32-element unit u (units rounded up to whole 32s):
+// two 16-byte pieces of int8 codes at slots 64 (u / 32) + u % 32 and 32 after it (a warp's
+// lanes read consecutive slots), then a float4 {dx0, dx1, dx0 * S0, dx1 * S1} per unit.
+__host__ __device__ inline int64_t sunits(int64_t cols) { return (cols / 32 + 31) / 32 * 32; }
+size_t sact_smem(int64_t cols) { return static_cast<size_t>(sunits(cols) * 48); }
 
 __device__ __forceinline__ void cp_async16(uint32_t dst, const uint8_t* src, int n) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n)
                : "memory");
+}
+__device__ __forceinline__ void cp_async16(uint32_t dst, const uint8_t* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 template <int N>
@@ -266,85 +274,162 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
-// x (one token; with xu: silu(x) * xu) -> per 16-group (at sgroup_pos) int8 q and {dx, dx *
-// sum(q)} in smem, rounded as quantize_acts.
-__device__ __forceinline__ void quantize_acts_sums(const float* __restrict__ x,
-                                                   const float* __restrict__ xu, int64_t cols,
-                                                   uint8_t* xsm) {
-  const int ng = static_cast<int>(cols / 16);
-  float2* ds = reinterpret_cast<float2*>(xsm + 16 * sgroups(cols));
-  for (int g = threadIdx.x; g < ng; g += blockDim.x) {
-    const float4* src = reinterpret_cast<const float4*>(x + 16 * int64_t{g});
-    float4 f[4];
-    float a = 0.f;
+// x (one token; with xu: silu(x) * xu) -> per 32-element unit int8 codes q = rint(x * 127 /
+// amax per 16 elements, or per 32 for NIBBLE_PAIRS formats) in x_order<F>, and {dx0, dx1,
+// dx0 * S0, dx1 * S1} (dx = amax / 127, S: the halves' code sums).
+template <class F>
+__device__ __forceinline__ void quantize_acts32(const float* __restrict__ x,
+                                                const float* __restrict__ xu, int64_t cols,
+                                                uint8_t* xsm) {
+  const int nu = static_cast<int>(cols / 32);
+  uint4* pieces = reinterpret_cast<uint4*>(xsm);
+  float4* scales = reinterpret_cast<float4*>(xsm + 32 * sunits(cols));
+  for (int u = threadIdx.x; u < nu; u += blockDim.x) {
+    const float4* src = reinterpret_cast<const float4*>(x + 32 * int64_t{u});
+    float f[32];
 #pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      f[k] = __ldg(src + k);
-      if (xu) f[k] = silu_mul4(f[k], __ldg(reinterpret_cast<const float4*>(xu + 16 * int64_t{g}) + k));
-      a = fmaxf(a, fmaxf(fmaxf(fabsf(f[k].x), fabsf(f[k].y)), fmaxf(fabsf(f[k].z), fabsf(f[k].w))));
+    for (int k = 0; k < 8; ++k) {
+      float4 v = __ldg(src + k);
+      if (xu) v = silu_mul4(v, __ldg(reinterpret_cast<const float4*>(xu + 32 * int64_t{u}) + k));
+      f[4 * k] = v.x, f[4 * k + 1] = v.y, f[4 * k + 2] = v.z, f[4 * k + 3] = v.w;
     }
-    const float inv = a > 0.f ? 127.f / a : 0.f;
-    uint32_t wd[4];
-    int sq = 0;
+    // per 16 (NATURAL) or per 32 (NIBBLE_PAIRS: the code words mix the halves)
+    float a0 = 0.f, a1 = 0.f;
 #pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      const int i0 = __float2int_rn(f[k].x * inv), i1 = __float2int_rn(f[k].y * inv);
-      const int i2 = __float2int_rn(f[k].z * inv), i3 = __float2int_rn(f[k].w * inv);
-      sq += i0 + i1 + i2 + i3;
-      wd[k] = (static_cast<uint32_t>(i0) & 0xffu) | (static_cast<uint32_t>(i1) & 0xffu) << 8 |
-              (static_cast<uint32_t>(i2) & 0xffu) << 16 | (static_cast<uint32_t>(i3) & 0xffu) << 24;
+    for (int i = 0; i < 16; ++i) a0 = fmaxf(a0, fabsf(f[i])), a1 = fmaxf(a1, fabsf(f[16 + i]));
+    if (x_order<F>() == XOrder::NIBBLE_PAIRS) a0 = a1 = fmaxf(a0, a1);
+    const float inv0 = a0 > 0.f ? 127.f / a0 : 0.f, inv1 = a1 > 0.f ? 127.f / a1 : 0.f;
+    int q[32], s0 = 0, s1 = 0;
+#pragma unroll
+    for (int i = 0; i < 32; ++i) {
+      q[i] = __float2int_rn(f[i] * (i < 16 ? inv0 : inv1));
+      (i < 16 ? s0 : s1) += q[i];
     }
-    const int64_t at = sgroup_pos(g);
-    *reinterpret_cast<uint4*>(xsm + 16 * at) = make_uint4(wd[0], wd[1], wd[2], wd[3]);
-    const float dx = a * (1.f / 127.f);
-    ds[at] = make_float2(dx, dx * i2f(sq));
+    uint32_t wd[8];
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      uint32_t v = 0;
+#pragma unroll
+      for (int b = 0; b < 4; ++b)
+        v |= (static_cast<uint32_t>(q[x_element(x_order<F>(), 4 * k + b)]) & 0xffu) << (8 * b);
+      wd[k] = v;
+    }
+    const int slot = 64 * (u >> 5) + (u & 31);
+    pieces[slot] = make_uint4(wd[0], wd[1], wd[2], wd[3]);
+    pieces[slot + 32] = make_uint4(wd[4], wd[5], wd[6], wd[7]);
+    const float dx0 = a0 * (1.f / 127.f), dx1 = a1 * (1.f / 127.f);
+    scales[u] = make_float4(dx0, dx1, dx0 * i2f(s0), dx1 * i2f(s1));
+  }
+}
+
+// This lane's units of one chunk (nu units, all of them when FULL) at block alignment A: v[i]
+// gets the dot of unit lane + 32 i (0 past nu). Its activations: unit xu0 + lane + 32 i of the
+// row (xu0 a multiple of 32), or with W > 0 (a chunk of whole rows of 32 W units each) unit
+// 32 (i % W) + lane.
+template <class F, int A, bool FULL>
+__device__ __forceinline__ void chunk_units(const uint8_t* buf, int nu, int64_t xu0, int W,
+                                            const uint8_t* xsm, const float4* xscales, int lane,
+                                            float (&v)[SGeometry<F>::kUPL]) {
+  using Gm = SGeometry<F>;
+  int run = 0;  // with W: i % W
+#pragma unroll
+  for (int i = 0; i < Gm::kUPL; ++i) {
+    v[i] = 0.f;
+    const int u = lane + 32 * i;
+    const int64_t xi = W > 0 ? run : xu0 / 32 + i;  // the activations' run of 32 units
+    if (W > 0) run = run + 1 == W ? 0 : run + 1;
+    if (!FULL && u >= nu) continue;
+    const uint4* pc = reinterpret_cast<const uint4*>(xsm) + 64 * xi + lane;
+    XUnit x;
+    const uint4 a = pc[0], b = pc[32];
+    x.q[0] = a.x, x.q[1] = a.y, x.q[2] = a.z, x.q[3] = a.w;
+    x.q[4] = b.x, x.q[5] = b.y, x.q[6] = b.z, x.q[7] = b.w;
+    const float4 sc = xscales[32 * xi + lane];
+    x.dx0 = sc.x, x.dx1 = sc.y, x.s0 = sc.z, x.s1 = sc.w;
+    const uint8_t* blk = buf + (u / Gm::kUPB) * Gm::kBPU * Gm::kBB;
+    v[i] = dot32<F, A>(blk, u % Gm::kUPB, x);
   }
 }
 
 template <class F>
 __global__ void __launch_bounds__(k_threads, 3) qgemv_stream_kernel(const __grid_constant__ QParams p) {
   using Gm = SGeometry<F>;
-  using Block = typename Gm::Block;
-  constexpr int G = Gm::kG, BB = Gm::kBB, CB = Gm::kCB, BUF = Gm::kBuf, S = k_stages;
+  constexpr int BB = Gm::kBB, CB = Gm::kCB, BUF = Gm::kBuf, S = k_stages, UPL = Gm::kUPL;
+  constexpr int kAl = block_align<F>();
   extern __shared__ __align__(16) uint8_t smem[];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   uint8_t* wbuf = smem + warp * S * BUF;
   uint8_t* xsm = smem + Gm::kStageSmem;
-  const int64_t cols = p.cols, nb = cols / F::kElems;
-  const int nchunk = static_cast<int>((nb + CB - 1) / CB);
+  const int64_t cols = p.cols;
+  const int nb = static_cast<int>(cols / F::kElems);
+  const int nchunk = (nb + CB - 1) / CB;
+  // Rows of at most one chunk whose units fill whole 32s: chunks of whole rows (W 32-unit runs
+  // each, rpc rows), so short rows do not leave lanes idle.
+  const int units = nb * Gm::kUPB / Gm::kBPU;
+  const int W = units % 32 == 0 && 2 * units <= 32 * UPL ? units / 32 : 0;
+  const int rpc = W > 0 ? UPL / W : 1;  // >= 2 with W
   const int64_t total = p.rows0[p.count];
   const int64_t r0 = (int64_t{blockIdx.x} * k_warps + warp) * p.rows_per_warp;
   const int64_t r1 = r0 + p.rows_per_warp < total ? r0 + p.rows_per_warp : total;
-  const int steps = r0 < r1 ? static_cast<int>(r1 - r0) * nchunk : 0;
   size_t eoff = 0;  // experts form: the slot's expert
 
-  // Load cursor: the next (row, chunk) to issue; lm its matrix.
-  int64_t lr = r0;
-  int lm = 0, lc = 0, issued = 0;
-  while (lm + 1 < p.count && lr >= p.rows0[lm + 1]) ++lm;
-  auto issue = [&]() {  // one commit group per call (empty past the last step)
-    if (issued < steps) {
-      const uint8_t* base = p.w[lm] + eoff;
-      const uint8_t* src = base + (lr - p.rows0[lm]) * p.row_bytes + int64_t{lc} * CB * BB;
-      const uint8_t* end = base + p.rows[lm] * p.row_bytes;
-      const int nbc = static_cast<int>(nb - int64_t{lc} * CB < CB ? nb - int64_t{lc} * CB : CB);
+  // A cursor over the warp's chunks: row r (of matrix m) and chunk c of the row.
+  struct Cur {
+    int64_t r;
+    int m, c;
+  };
+  auto settle = [&](Cur& k) {
+    while (k.m + 1 < p.count && k.r >= p.rows0[k.m + 1]) ++k.m;
+  };
+  // The chunk at k: its rows (within the warp's range and the matrix), first block and blocks.
+  auto span = [&](const Cur& k, int& nrows, int& b0, int& nbc) {
+    if (rpc > 1) {
+      const int64_t lim = r1 < p.rows0[k.m + 1] ? r1 : p.rows0[k.m + 1];
+      nrows = static_cast<int>(lim - k.r < rpc ? lim - k.r : rpc);
+      b0 = 0, nbc = nrows * nb;
+    } else {
+      nrows = 1, b0 = k.c * CB, nbc = nb - b0 < CB ? nb - b0 : CB;
+    }
+  };
+  auto advance = [&](Cur& k, int nrows) {
+    if (rpc > 1) {
+      k.r += nrows;
+    } else if (++k.c == nchunk) {
+      k.c = 0, ++k.r;
+    }
+    settle(k);
+  };
+
+  Cur ld{r0, 0, 0};  // load cursor: the next chunk to issue
+  settle(ld);
+  int issued = 0;
+  auto issue = [&]() {  // one commit group per call (empty past the last chunk)
+    if (ld.r < r1) {
+      int nrows, b0, nbc;
+      span(ld, nrows, b0, nbc);
+      const uint8_t* base = p.w[ld.m] + eoff;
+      const uint8_t* src = base + (ld.r - p.rows0[ld.m]) * p.row_bytes + int64_t{b0} * BB;
+      const uint8_t* end = base + p.rows[ld.m] * p.row_bytes;
       const uint8_t* al =
           reinterpret_cast<const uint8_t*>(reinterpret_cast<uintptr_t>(src) & ~uintptr_t{15});
       const int nv = (static_cast<int>(src - al) + nbc * BB + 15) / 16;
       const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(wbuf + (issued % S) * BUF));
+      if (al + 16 * nv <= end) {  // whole vectors inside the matrix: no size operand
 #pragma unroll
-      for (int j = 0; j < Gm::kVpl; ++j) {
-        const int i = lane + 32 * j;
-        if (i < nv) {
-          const int64_t left = end - (al + 16 * i);
-          cp_async16(dst + 16 * i, al + 16 * i, left >= 16 ? 16 : (left > 0 ? static_cast<int>(left) : 0));
+        for (int j = 0; j < Gm::kVpl; ++j)
+          if (lane + 32 * j < nv) cp_async16(dst + 16 * (lane + 32 * j), al + 16 * (lane + 32 * j));
+      } else {
+#pragma unroll
+        for (int j = 0; j < Gm::kVpl; ++j) {
+          const int i = lane + 32 * j;
+          if (i < nv) {
+            const int64_t left = end - (al + 16 * i);
+            cp_async16(dst + 16 * i, al + 16 * i, left >= 16 ? 16 : (left > 0 ? static_cast<int>(left) : 0));
+          }
         }
       }
       ++issued;
-      if (++lc == nchunk) {
-        lc = 0, ++lr;
-        while (lm + 1 < p.count && lr >= p.rows0[lm + 1]) ++lm;
-      }
+      advance(ld, nrows);
     }
     cp_async_commit();
   };
@@ -372,70 +457,62 @@ __global__ void __launch_bounds__(k_threads, 3) qgemv_stream_kernel(const __grid
     if (xu) xu += (s / p.x_div) * p.x_slot;
     for (int k = 0; k < S - 1; ++k) issue();
   }
-  quantize_acts_sums(x, xu, cols, xsm);
+  quantize_acts32<F>(x, xu, cols, xsm);
   __syncthreads();
-  if (steps == 0) return;
+  if (r0 >= r1) return;
 
-  const float2* dsm = reinterpret_cast<const float2*>(xsm + 16 * sgroups(cols));
-  int64_t cr = r0;  // compute cursor
-  int cm = 0, cc = 0;
-  while (cm + 1 < p.count && cr >= p.rows0[cm + 1]) ++cm;
-  float acc0 = 0.f, acc1 = 0.f;
-  for (int step = 0; step < steps; ++step) {
+  const float4* xscales = reinterpret_cast<const float4*>(xsm + 32 * sunits(cols));
+  auto store = [&](int m, int64_t r, float s) {  // row r (of the whole run) of matrix m is done
+    if (lane != 0) return;
+    const int64_t row = r - p.rows0[m];
+    if constexpr (quant_ext<F>() == QuantExt::GLOBAL) s *= p.gscale[m];
+    if (p.bias[m]) s += p.bias[m][row];
+    float* o = p.y[m] + yoff + row;
+    *o = p.accumulate[m] ? *o + s : s;
+  };
+  Cur cp{r0, 0, 0};  // compute cursor
+  settle(cp);
+  float acc = 0.f;
+  for (int step = 0; cp.r < r1; ++step) {
     issue();  // step + S - 1 into the stage step - 1 left
     cp_async_wait<S - 1>();
     __syncwarp();
-    const int64_t b0 = int64_t{cc} * CB;
-    const int nbc = static_cast<int>(nb - b0 < CB ? nb - b0 : CB);
-    const uint8_t* src = p.w[cm] + eoff + (cr - p.rows0[cm]) * p.row_bytes + b0 * BB;
+    int nrows, b0, nbc;
+    span(cp, nrows, b0, nbc);
+    const uint8_t* src = p.w[cp.m] + eoff + (cp.r - p.rows0[cp.m]) * p.row_bytes + int64_t{b0} * BB;
     const uint8_t* buf = wbuf + (step % S) * BUF + (reinterpret_cast<uintptr_t>(src) & 15);
-    // Lane pair ii: groups gi = 2 (lane + 32 ii) and gi + 1 of the chunk, block gi / G; their
-    // activations sit at slot b0 G + 64 ii + lane and 32 after it (sgroup_pos).
-    constexpr int kBlkStep = 64 / G;  // blocks between a lane's pairs
-    const int gl = 2 * lane, bl = gl / G, g0 = gl - bl * G;
-    const uint8_t* bk0 = buf + bl * BB;
-    const int xg = static_cast<int>(b0) * G + lane;
-    const uint8_t* xq = xsm + 16 * xg;
-    const float2* xd = dsm + xg;
-    auto pair = [&](int ii) {
-      uint32_t u0[4], u1[4];
-      float d0, m0, d1, m1;
-      const uint8_t* bk = bk0 + ii * kBlkStep * BB;
-      if constexpr (G == 1) {  // 16-element blocks: the pair is two blocks
-        code_words(*reinterpret_cast<const Block*>(bk), 0, u0, d0, m0);
-        code_words(*reinterpret_cast<const Block*>(bk + BB), 0, u1, d1, m1);
-      } else {
-        code_pair(*reinterpret_cast<const Block*>(bk), g0, u0, u1, d0, m0, d1, m1);
-      }
-      const uint4 q0 = *reinterpret_cast<const uint4*>(xq + 1024 * ii);
-      const uint4 q1 = *reinterpret_cast<const uint4*>(xq + 1024 * ii + 512);
-      const float2 s0 = xd[64 * ii], s1 = xd[64 * ii + 32];
-      const int su0 = dot_u8s8(u0[3], q0.w, dot_u8s8(u0[2], q0.z, dot_u8s8(u0[1], q0.y, dot_u8s8(u0[0], q0.x, 0))));
-      const int su1 = dot_u8s8(u1[3], q1.w, dot_u8s8(u1[2], q1.z, dot_u8s8(u1[1], q1.y, dot_u8s8(u1[0], q1.x, 0))));
-      acc0 = fmaf(d0 * s0.x, i2f(su0), fmaf(m0, s0.y, acc0));
-      acc1 = fmaf(d1 * s1.x, i2f(su1), fmaf(m1, s1.y, acc1));
-    };
-    if (nbc == CB) {
-#pragma unroll
-      for (int ii = 0; ii < Gm::kPairs; ++ii) pair(ii);
-    } else {  // the row's last, partial chunk: whole pairs (G even; G == 1: nb even, see launch)
-#pragma unroll
-      for (int ii = 0; ii < Gm::kPairs; ++ii)
-        if (2 * (lane + 32 * ii) < nbc * G) pair(ii);
+    const int nu = nbc * Gm::kUPB / Gm::kBPU;
+    const int64_t xu0 = int64_t{b0} * Gm::kUPB / Gm::kBPU;
+    // Every block of the chunk shares buf's alignment modulo kAl (uniform over the warp).
+    const bool al = kAl > 1 && (reinterpret_cast<uintptr_t>(buf) & (kAl - 1)) == 0;
+    float v[UPL];
+    if (nu == 32 * UPL) {
+      if (al) chunk_units<F, kAl, true>(buf, nu, xu0, W, xsm, xscales, lane, v);
+      else chunk_units<F, 1, true>(buf, nu, xu0, W, xsm, xscales, lane, v);
+    } else {  // a row's last, partial chunk, or fewer rows than a chunk holds
+      if (al) chunk_units<F, kAl, false>(buf, nu, xu0, W, xsm, xscales, lane, v);
+      else chunk_units<F, 1, false>(buf, nu, xu0, W, xsm, xscales, lane, v);
     }
     __syncwarp();
-    if (++cc < nchunk) continue;
-    float s = warp_sum(acc0 + acc1);  // the row is done
-    acc0 = acc1 = 0.f;
-    if (lane == 0) {
-      const int64_t row = cr - p.rows0[cm];
-      if constexpr (quant_ext<F>() == QuantExt::GLOBAL) s *= p.gscale[cm];
-      if (p.bias[cm]) s += p.bias[cm][row];
-      float* o = p.y[cm] + yoff + row;
-      *o = p.accumulate[cm] ? *o + s : s;
+    if (rpc > 1) {  // whole rows: iterations [W rr, W rr + W) are row rr's
+#pragma unroll
+      for (int rr = 0; rr < UPL; ++rr) {
+        if (rr >= nrows) break;
+        float t = 0.f;
+#pragma unroll
+        for (int i = 0; i < UPL; ++i)
+          if (i >= rr * W && i < rr * W + W) t += v[i];
+        store(cp.m, cp.r + rr, warp_sum(t));
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < UPL; ++i) acc += v[i];
+      if (cp.c + 1 == nchunk) {
+        store(cp.m, cp.r, warp_sum(acc));
+        acc = 0.f;
+      }
     }
-    cc = 0, ++cr;
-    while (cm + 1 < p.count && cr >= p.rows0[cm + 1]) ++cm;
+    advance(cp, nrows);
   }
   cp_async_wait<0>();
 }
@@ -488,9 +565,7 @@ bool stream_on() {
 template <class F>
 bool launch_stream(QParams& p, int64_t slots) {
   using Gm = SGeometry<F>;
-  if constexpr (Gm::kG == 1) {
-    if (p.cols / F::kElems % 2) return false;  // pairs of 16-element blocks
-  }
+  if (p.cols % 32 != 0) return false;  // whole 32-element units
   const size_t dyn = Gm::kStageSmem + sact_smem(p.cols);
   static const int sms = sm_count();
   static const int smem_sm = [] {
