@@ -12,19 +12,13 @@
 #include "model/model.h"
 #include "ops/ops.h"
 #include "parallel/tp_plan.h"
+#include "tp_test_util.h"
 
 namespace ft {
 namespace {
 
-std::string fixture(const char* name) { return std::string(FT_FIXTURES) + "/" + name; }
-
-std::vector<float> randv(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0.f, 1.f);
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(rng);
-  return v;
-}
+using test::fixture;
+using test::randv;
 
 // Expert e of layer L on one row x [hidden], as the model runs it: SwiGLU, or (gpt-oss) the
 // layer's gate/up biases, the clamped activation and the down bias (rows e of [E, I] / [E, H]).
@@ -51,12 +45,7 @@ TEST(TpExperts, ParseAndNames) {
   EXPECT_EQ(parse_tp_experts("slice"), TpExperts::SLICE);
   EXPECT_EQ(parse_tp_experts("auto"), TpExperts::AUTO);
   EXPECT_STREQ(tp_experts_name(TpExperts::WHOLE), "whole");
-  try {
-    parse_tp_experts("rows");
-    ADD_FAILURE() << "accepted";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("auto, slice or whole"), std::string::npos);
-  }
+  test::expect_refused([] { parse_tp_experts("rows"); }, "auto, slice or whole", "rows");
 }
 
 // auto: slices for decode (measured faster on two H200s), whole experts where widths do not split.
@@ -112,14 +101,8 @@ TEST(TpExperts, WholePlanTilesTheExperts) {
 TEST(TpExperts, RefusalsAreOneLine) {
   auto m = Model::load(fixture("qwen3_moe"));
   auto refused = [](const ModelConfig& c, int world, const char* needle) {
-    try {
-      plan_whole_experts(c, world);
-      ADD_FAILURE() << "world " << world << " accepted";
-    } catch (const Error& e) {
-      const std::string msg = e.what();
-      EXPECT_NE(msg.find(needle), std::string::npos) << msg;
-      EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
-    }
+    test::expect_refused([&] { plan_whole_experts(c, world); }, needle,
+                         "world " + std::to_string(world));
   };
   ModelConfig c = m->config();
   c.n_experts = 0;

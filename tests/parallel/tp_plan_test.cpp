@@ -13,21 +13,15 @@
 #include "ops/delta_net.h"
 #include "ops/ops.h"
 #include "parallel/tp_plan.h"
+#include "tp_test_util.h"
 
 #include "fp8_model.h"
 
 namespace ft {
 namespace {
 
-std::string fixture(const char* name) { return std::string(FT_FIXTURES) + "/" + name; }
-
-std::vector<float> randv(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0.f, 1.f);
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(rng);
-  return v;
-}
+using test::fixture;
+using test::randv;
 
 // f32 copy of element (r, c) of a 2-D F32/BF16/F16 matrix.
 float at(const TensorView& t, int64_t r, int64_t c) {
@@ -89,14 +83,8 @@ TEST(TpPlan, RangesTileHeadsAndWidths) {
 TEST(TpPlan, RefusalsAreOneLine) {
   auto m = Model::load(fixture("qwen3_moe"));
   auto refused = [](const ModelConfig& c, int world, const char* needle) {
-    try {
-      plan_tensor_parallel(c, world);
-      ADD_FAILURE() << "world " << world << " accepted";
-    } catch (const Error& e) {
-      const std::string msg = e.what();
-      EXPECT_NE(msg.find(needle), std::string::npos) << msg;
-      EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
-    }
+    test::expect_refused([&] { plan_tensor_parallel(c, world); }, needle,
+                         "world " + std::to_string(world));
   };
   refused(m->config(), 0, ">= 1");
   refused(m->config(), 3, "attention heads");
@@ -115,13 +103,8 @@ TEST(TpPlan, RefusalsAreOneLine) {
   refused(c, 4, "shared expert width");
   // MXFP4 experts of 96 columns: 3 blocks of 32 cannot go to 4 GPUs.
   auto mx = Model::load(fixture("gpt_oss_mxfp4"));
-  try {
-    plan_tensor_parallel(*mx, 4);
-    ADD_FAILURE() << "gpt_oss_mxfp4 at 4 accepted";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("whole blocks of 32"), std::string::npos) << e.what();
-    EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos);
-  }
+  test::expect_refused([&] { plan_tensor_parallel(*mx, 4); }, "whole blocks of 32",
+                       "gpt_oss_mxfp4 at 4");
   refused(Model::load(fixture("olmoe"))->config(), 4, "full-width k norm");
 }
 
@@ -364,23 +347,14 @@ TEST(TpShard, Fp8TilesTravelWithTheirSlices) {
   narrow.expert_dim = 128;
   auto nb = Model::synthetic(narrow, 6);
   auto nm = test::fp8_copy(*nb);
-  try {
-    plan_tensor_parallel(*nm, 2);
-    ADD_FAILURE() << "128-wide FP8 experts split over 2";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("whole blocks of 128"), std::string::npos) << e.what();
-    EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos);
-  }
+  test::expect_refused([&] { plan_tensor_parallel(*nm, 2); }, "whole blocks of 128",
+                       "128-wide FP8 experts split over 2");
   ModelConfig heads = test::fp8_test_config();  // 64-row heads: rank 1's q rows start at 192
   heads.n_heads = 6, heads.n_kv_heads = 6, heads.head_dim = 64;
   auto hb = Model::synthetic(heads, 7);
   auto hm = test::fp8_copy(*hb);
-  try {
-    shard_model(*hm, plan_tensor_parallel(*hm, 2), 1);
-    ADD_FAILURE() << "q rows from 192 accepted";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("128-row tile"), std::string::npos) << e.what();
-  }
+  test::expect_refused([&] { shard_model(*hm, plan_tensor_parallel(*hm, 2), 1); }, "128-row tile",
+                       "q rows from 192");
 }
 
 // Per-head pieces travel with their heads: gated attention's [query | gate] q rows, gpt-oss's

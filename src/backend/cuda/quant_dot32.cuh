@@ -1,8 +1,8 @@
 // dot32<F, A>: one 32-element unit of a quantized row dotted with int8 activations, the inner
 // step of the one-token streaming GEMV (quant_gemv_q8.cu). A unit is elements [32u, 32u + 32)
 // of the row: one block of the 32-element formats, sub-block s of the 256-element ones, two
-// NVFP4 blocks. The activations come per unit as 8 words of int8 codes with one scale dx for
-// the 32 and the scaled code sums of its two halves (XUnit), in the byte order the format's
+// NVFP4 blocks. The activations come per unit as 8 words of int8 codes with the scales of its
+// two halves and their scaled code sums (XUnit), in the byte order the format's
 // decoder produces (x_order<F>): the nibble-codebook formats look a half-word of 4 nibbles up
 // with one byte permute, so their codes arrive as (low, high) nibble pairs and the activations
 // are stored in that order instead of re-interleaving the weights. A: the alignment the
@@ -151,6 +151,14 @@ FT_QD void k4_words_sm(int j, uint32_t a, uint32_t b, uint32_t c, int& sc, int& 
     mn = static_cast<int>(((C >> 4) & 15u) | ((B >> 2) & 48u));
   }
 }
+// Q4_K / Q5_K sub-block s from its code sums (su0, su1: the unit's halves) and the block's head
+// words h (d | dmin << 16, then the 12 scale bytes): d sc (dx0 su0 + dx1 su1) - dmin mn sum(x).
+FT_QD float k4_unit(const uint32_t (&h)[4], int s, int su0, int su1, const XUnit& x) {
+  int sc, mn;
+  k4_words_sm(s, h[1], h[2], h[3], sc, mn);
+  const float d = h2f(static_cast<uint16_t>(h[0])), dmin = h2f(static_cast<uint16_t>(h[0] >> 16));
+  return fmaf(d * i2f(sc), fmaf(x.dx0, i2f(su0), x.dx1 * i2f(su1)), -dmin * i2f(mn) * (x.s0 + x.s1));
+}
 // Low/high half (16 elements each) sums of u[k] . q[k].
 FT_QD void dot_halves(const uint32_t (&u)[8], const XUnit& x, int& su0, int& su1) {
   su0 = 0, su1 = 0;
@@ -271,10 +279,7 @@ struct Dot32<Q4_K> {
       su1 = dot_u8s8(w[4 + k] & mask, x.q[4 + k], su1);
     }
     su0 >>= 4 * nib, su1 >>= 4 * nib;
-    int sc, mn;
-    k4_words_sm(s, h[1], h[2], h[3], sc, mn);
-    const float d = h2f(static_cast<uint16_t>(h[0])), dmin = h2f(static_cast<uint16_t>(h[0] >> 16));
-    return fmaf(d * i2f(sc), fmaf(x.dx0, i2f(su0), x.dx1 * i2f(su1)), -dmin * i2f(mn) * (x.s0 + x.s1));
+    return k4_unit(h, s, su0, su1, x);
   }
 };
 template <>
@@ -292,10 +297,7 @@ struct Dot32<Q5_K> {
       u[k] = ((w[k] >> (4 * nib)) & 0x0f0f0f0fu) | (((qh[k] >> s) & 0x01010101u) << 4);
     int su0, su1;
     dot_halves(u, x, su0, su1);
-    int sc, mn;
-    k4_words_sm(s, h[1], h[2], h[3], sc, mn);
-    const float d = h2f(static_cast<uint16_t>(h[0])), dmin = h2f(static_cast<uint16_t>(h[0] >> 16));
-    return fmaf(d * i2f(sc), fmaf(x.dx0, i2f(su0), x.dx1 * i2f(su1)), -dmin * i2f(mn) * (x.s0 + x.s1));
+    return k4_unit(h, s, su0, su1, x);
   }
 };
 template <>
