@@ -214,6 +214,22 @@ std::string check_gemv_mode(DType dt, bool int8_on) {
   }
   err += compare(a, x, n, ya, 2e-5, fmt_name(dt) + " gemv_multi bias" + kern, i8);
   err += compare(b, x, n, yb, 2e-5, fmt_name(dt) + " gemv_multi accumulate" + kern, i8);
+  if (!err.empty()) return err;
+  // One token over more rows than the GPU has warps: the streaming kernel gives each warp
+  // several rows, packs short rows several to a chunk (1024 columns: one 32-unit run per row)
+  // and a warp's rows cross from the first matrix into the second.
+  const int64_t wide = 1024, ra = 4201, rb = 3001;
+  QMatrix c = make_matrix(dt, ra, wide, 8), d = make_matrix(dt, rb, wide, 9);
+  const auto x1 = randv(wide, 10);
+  auto dx1 = up(x1);
+  cuda::DeviceBuffer dyc(ra * sizeof(float)), dyd(rb * sizeof(float));
+  const cuda::GemvOut many[2] = {{.w = c.device(), .y = dyc.as<float>()},
+                                 {.w = d.device(), .y = dyd.as<float>()}};
+  cuda::gemv_multi(dx1.as<float>(), 1, many, 2);
+  err += compare(c, x1, 1, down<float>(dyc, ra), 2e-5, fmt_name(dt) + " gemv_multi many rows" + kern,
+                 i8, act_group(dt, 1));
+  err += compare(d, x1, 1, down<float>(dyd, rb), 2e-5,
+                 fmt_name(dt) + " gemv_multi many rows, second" + kern, i8, act_group(dt, 1));
   return err;
 }
 
