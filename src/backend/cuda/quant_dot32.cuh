@@ -1,5 +1,5 @@
 // dot32<F, A>: one 32-element unit of a quantized row dotted with int8 activations, the inner
-// step of the one-token streaming GEMV (quant_gemv_q8.cu). A unit is elements [32u, 32u + 32)
+// step of the one-token streaming GEMV (quant_gemv_stream.cu). A unit is elements [32u, 32u + 32)
 // of the row: one block of the 32-element formats, sub-block s of the 256-element ones, two
 // NVFP4 blocks. The activations come per unit as 8 words of int8 codes with the scales of its
 // two halves and their scaled code sums (XUnit), in the byte order the format's

@@ -69,6 +69,19 @@ __device__ __forceinline__ uint4 load16(const uint8_t* p, const uint8_t* end) {
   return v;
 }
 
+// Multiprocessors of the current device.
+inline int sm_count() {
+  int dev = 0, v = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev));
+  return v;
+}
+
+// The one-token streaming int8-activation GEMV (quant_gemv_stream.cu) on dt's blocks; false when
+// it does not apply (an odd 32-element unit count, too little shared memory, no integer codes):
+// nothing launched.
+bool launch_stream(DType dt, QParams& p, int64_t slots);
+
 // The int8-activation GEMV (quant_gemv_q8.cu) for nt tokens (slots experts' slots, else 0) when
 // dt has integer codes and the activations fit shared memory; sets p.row_iters and block0.
 // False: nothing launched, the caller runs the f32 kernel.
