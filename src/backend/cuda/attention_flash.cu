@@ -58,15 +58,6 @@ __device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint3
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
-// 16 bytes global -> shared, zero-filled when !valid (no global read then).
-__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
-               "r"(valid ? 16 : 0));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n"); }
-__device__ __forceinline__ void cp_async_wait1() {
-  asm volatile("cp.async.wait_group 1;\n" ::: "memory");
-}
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
   return *reinterpret_cast<uint32_t*>(&v);
@@ -135,8 +126,8 @@ __global__ void __launch_bounds__(32 * k_warps)
       const int64_t key = kt + r;
       const bool ok = key < k_end;
       const int64_t off = ok ? key * kv_dim + g * HD + c : 0;
-      cp_async16(smem_u32(ks + (stage * BK + r) * P + c), kc + off, ok);
-      cp_async16(smem_u32(vs + (stage * BK + r) * P + c), vc + off, ok);
+      cp_async16(smem_u32(ks + (stage * BK + r) * P + c), kc + off, ok ? 16 : 0);
+      cp_async16(smem_u32(vs + (stage * BK + r) * P + c), vc + off, ok ? 16 : 0);
     }
   };
 
@@ -151,7 +142,7 @@ __global__ void __launch_bounds__(32 * k_warps)
   for (int tile = 0; tile < n_tiles; ++tile) {
     if (tile + 1 < n_tiles) load_tile(tile + 1, (tile + 1) & 1);
     cp_async_commit();  // possibly empty: keeps "wait 1" meaning "this tile has landed"
-    cp_async_wait1();
+    cp_async_wait<1>();
     __syncthreads();
     const int stage = tile & 1;
     const int kt = static_cast<int>(k_begin) + tile * BK;

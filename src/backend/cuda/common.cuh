@@ -160,6 +160,22 @@ __device__ __forceinline__ void unpack_vec(const uint4& v, float* out, const f16
   }
 }
 
+// cp.async (sm_80+): 16 bytes global -> shared (dst a shared-window address), bypassing L1.
+// With n: only the first n bytes are read, the rest zero-filled (n = 0: no global read).
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, int n) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+// Waits until at most N of this thread's commit groups are still in flight.
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
 // A 16-byte weight load that bypasses L1 (weights stream through once; L1 keeps activations).
 __device__ __forceinline__ uint4 ldg_stream(const void* p) {
   uint4 v;

@@ -48,19 +48,6 @@ struct SGeometry {
 __host__ __device__ inline int64_t sunits(int64_t cols) { return (cols / 32 + 31) / 32 * 32; }
 size_t sact_smem(int64_t cols) { return static_cast<size_t>(sunits(cols) * 48); }
 
-__device__ __forceinline__ void cp_async16(uint32_t dst, const uint8_t* src, int n) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n)
-               : "memory");
-}
-__device__ __forceinline__ void cp_async16(uint32_t dst, const uint8_t* src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-
 // x (one token; with xu: silu(x) * xu) -> per 32-element unit int8 codes q = rint(x * 127 /
 // amax per 16 elements, or per 32 for NIBBLE_PAIRS formats) in x_order<F>, and {dx0, dx1,
 // dx0 * S0, dx1 * S1} (dx = amax / 127, S: the halves' code sums).
