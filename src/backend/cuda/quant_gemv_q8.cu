@@ -227,17 +227,7 @@ __global__ void __launch_bounds__(k_threads, NT == 1 ? 3 : 2)
 template <class F, int NT>
 void launch_nt(const QParams& p, dim3 grid, size_t dyn) {
   static std::atomic<uint64_t> opted{0};
-  if (dyn > 24 * 1024) {
-    int dev = 0;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    const uint64_t bit = uint64_t{1} << (dev & 63);
-    if (!(opted.load() & bit)) {
-      CUDA_CHECK(cudaFuncSetAttribute(qgemv_q8_kernel<F, NT>,
-                                      cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      static_cast<int>(k_max_dyn_smem)));
-      opted.fetch_or(bit);
-    }
-  }
+  if (dyn > 24 * 1024) opt_in_smem(qgemv_q8_kernel<F, NT>, static_cast<int>(k_max_dyn_smem), opted);
   launch_kernel(qgemv_q8_kernel<F, NT>, grid, dim3(k_threads), dyn, p);
 }
 

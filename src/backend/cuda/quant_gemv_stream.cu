@@ -299,18 +299,8 @@ bool launch_f(QParams& p, int64_t slots) {
   if (p.cols % 32 != 0) return false;  // whole 32-element units
   const size_t dyn = Gm::kStageSmem + sact_smem(p.cols);
   static const int sms = sm_count();
-  static const int smem_sm = [] {
-    int dev = 0, v = 0;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev));
-    return v;
-  }();
-  static const int smem_block = [] {
-    int dev = 0, v = 0;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-    return v;
-  }();
+  static const int smem_sm = device_attribute(cudaDevAttrMaxSharedMemoryPerMultiprocessor);
+  static const int smem_block = device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin);
   if (dyn > static_cast<size_t>(smem_block)) return false;
   static const int regs = [] {
     cudaFuncAttributes a{};
@@ -331,14 +321,7 @@ bool launch_f(QParams& p, int64_t slots) {
   const int64_t used = (total + p.rows_per_warp - 1) / p.rows_per_warp;
   const dim3 grid(static_cast<unsigned>((used + k_warps - 1) / k_warps), static_cast<unsigned>(s));
   static std::atomic<uint64_t> opted{0};
-  int dev = 0;
-  CUDA_CHECK(cudaGetDevice(&dev));
-  const uint64_t bit = uint64_t{1} << (dev & 63);
-  if (!(opted.load() & bit)) {
-    CUDA_CHECK(cudaFuncSetAttribute(qgemv_stream_kernel<F>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    smem_block));
-    opted.fetch_or(bit);
-  }
+  opt_in_smem(qgemv_stream_kernel<F>, smem_block, opted);
   launch_kernel(qgemv_stream_kernel<F>, grid, dim3(k_threads), dyn, p);
   return true;
 }
