@@ -48,6 +48,32 @@ struct QuantMatrix {
   }
 };
 
+// FP8 e4m3 with 128x128 block scales (scale_inv through the view) and its dequantized values.
+struct Fp8Matrix {
+  int64_t rows, cols;
+  std::vector<uint8_t> q;
+  std::vector<float> s, deq;
+  TensorView view() const {
+    TensorView v;
+    v.dtype = DType::F8_E4M3_B128;
+    v.ndim = 2;
+    v.shape = {rows, cols, 1, 1};
+    v.data = q.data();
+    v.scale_inv = s.data();
+    return v;
+  }
+};
+
+Fp8Matrix make_fp8(int64_t rows, int64_t cols, uint32_t seed) {
+  Fp8Matrix m{rows, cols, std::vector<uint8_t>(rows * cols),
+              std::vector<float>(quant::fp8_b128_scale_count(rows, cols)),
+              std::vector<float>(rows * cols)};
+  const auto w = randn(rows * cols, seed, 0.1f);
+  quant::quantize_fp8_b128(w.data(), rows, cols, m.q.data(), m.s.data());
+  quant::dequantize_rows(m.view(), 0, rows, m.deq.data());
+  return m;
+}
+
 QuantMatrix make_matrix(QuantType t, int64_t rows, int64_t cols, uint32_t seed) {
   QuantMatrix m{t, rows, cols, {}, {}, 1.f};
   auto w = randn(rows * cols, seed, 0.05f);
@@ -321,22 +347,13 @@ TEST(QuantMatmul, OpsDispatch) {
       }
   }
   // FP8 with 128x128 scales through the view's scale_inv
-  auto w = randn(rows * cols, 8, 0.1f);
-  std::vector<uint8_t> q(rows * cols);
-  std::vector<float> s(quant::fp8_b128_scale_count(rows, cols)), deq(rows * cols), y(n * rows);
-  quant::quantize_fp8_b128(w.data(), rows, cols, q.data(), s.data());
-  TensorView v;
-  v.dtype = DType::F8_E4M3_B128;
-  v.ndim = 2;
-  v.shape = {rows, cols, 1, 1};
-  v.data = q.data();
-  v.scale_inv = s.data();
-  quant::dequantize_rows(v, 0, rows, deq.data());
-  ops::matmul(pool, x.data(), n, v, y.data());
+  const Fp8Matrix f8 = make_fp8(rows, cols, 8);
+  std::vector<float> y(n * rows);
+  ops::matmul(pool, x.data(), n, f8.view(), y.data());
   for (int64_t tt = 0; tt < n; ++tt)
     for (int64_t r = 0; r < rows; ++r) {
       double ref = 0;
-      for (int64_t c = 0; c < cols; ++c) ref += double(deq[r * cols + c]) * x[tt * cols + c];
+      for (int64_t c = 0; c < cols; ++c) ref += double(f8.deq[r * cols + c]) * x[tt * cols + c];
       ASSERT_NEAR(y[tt * rows + r], ref, 1e-4);
     }
 }
@@ -388,17 +405,8 @@ TEST(QuantMatmul, GroupedSharedInputs) {
   QuantMatrix a = make_matrix(QuantType::Q4_K, rows, cols, 11);
   QuantMatrix b = make_matrix(QuantType::Q8_0, rows, cols, 12);
   QuantMatrix c = make_matrix(QuantType::MXFP4, rows, cols, 13);
-  auto w8 = randn(rows * cols, 14, 0.1f);
-  std::vector<uint8_t> q8(rows * cols);
-  std::vector<float> s8(quant::fp8_b128_scale_count(rows, cols)), deq8(rows * cols);
-  quant::quantize_fp8_b128(w8.data(), rows, cols, q8.data(), s8.data());
-  quant::dequantize_fp8_b128(q8.data(), s8.data(), rows, cols, deq8.data());
-  TensorView v8;
-  v8.dtype = DType::F8_E4M3_B128;
-  v8.ndim = 2;
-  v8.shape = {rows, cols, 1, 1};
-  v8.data = q8.data();
-  v8.scale_inv = s8.data();
+  const Fp8Matrix f8 = make_fp8(rows, cols, 14);
+  const TensorView v8 = f8.view();
   auto x = randn(2 * cols, 41), x2 = randn(cols, 42);
   const TensorView va = a.view(), vb = b.view(), vc = c.view();
   std::vector<float> y[6];
@@ -422,7 +430,7 @@ TEST(QuantMatmul, GroupedSharedInputs) {
   check(c, x.data(), y[5], 1);
   for (int64_t r = 0; r < rows; ++r) {
     double ref = 0;
-    for (int64_t i = 0; i < cols; ++i) ref += double(deq8[r * cols + i]) * x[i];
+    for (int64_t i = 0; i < cols; ++i) ref += double(f8.deq[r * cols + i]) * x[i];
     ASSERT_NEAR(y[1][r], ref, 1e-4);
   }
 }
