@@ -84,7 +84,7 @@ def oss_specs():
     if not hasattr(tr, "GptOssForCausalLM"):
         print("transformers has no GptOssForCausalLM: skipping gpt_oss")
         return []
-    return [("gpt_oss", tr.GptOssForCausalLM, tr.GptOssConfig, dict(
+    oss = dict(
         COMMON, max_position_embeddings=131072, num_hidden_layers=4, head_dim=16,
         intermediate_size=48, num_local_experts=8, num_experts_per_tok=2, sliding_window=8,
         layer_types=["sliding_attention", "full_attention", "sliding_attention",
@@ -92,18 +92,12 @@ def oss_specs():
         rope_theta=150000.0,
         rope_scaling={"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0,
                       "truncate": False, "original_max_position_embeddings": 4096},
-        gate_up_gain=4.0, oss_layout=True), torch.bfloat16, "oss", 1),
+        gate_up_gain=4.0, oss_layout=True)
+    return [("gpt_oss", tr.GptOssForCausalLM, tr.GptOssConfig, oss, torch.bfloat16, "oss", 1),
             # The same shape with expert widths of whole 32-element blocks (I = 96; H = 64), its
             # experts MXFP4 as the hub ships gpt-oss (*_blocks / *_scales, oss_mxfp4_state).
-            ("gpt_oss_mxfp4", tr.GptOssForCausalLM, tr.GptOssConfig, dict(
-        COMMON, max_position_embeddings=131072, num_hidden_layers=4, head_dim=16,
-        intermediate_size=96, num_local_experts=8, num_experts_per_tok=2, sliding_window=8,
-        layer_types=["sliding_attention", "full_attention", "sliding_attention",
-                     "full_attention"], attention_bias=True, swiglu_limit=7.0,
-        rope_theta=150000.0,
-        rope_scaling={"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0,
-                      "truncate": False, "original_max_position_embeddings": 4096},
-        gate_up_gain=4.0, oss_layout=True, mxfp4_experts=True), torch.bfloat16, "oss", 1)]
+            ("gpt_oss_mxfp4", tr.GptOssForCausalLM, tr.GptOssConfig,
+             dict(oss, intermediate_size=96, mxfp4_experts=True), torch.bfloat16, "oss", 1)]
 
 
 def oss_mlp_reference(x, rw, rb, gu, gub, dn, dnb, top_k, limit=7.0, alpha=1.702):
