@@ -1,0 +1,63 @@
+// Tensor-parallel ranks' MoE backend: the single-GPU choice per rank, and the hybrid split of
+// ranks that share one host.
+#include "parallel/tp_moe.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "base/error.h"
+
+namespace ft {
+
+namespace {
+// Expert biases or the clamped SwiGLU: HYBRID's CPU share does not compute them.
+bool oss_experts(const ModelConfig& c) {
+  return c.moe_bias || c.expert_act.kind != ExpertActivation::Kind::SILU;
+}
+}  // namespace
+
+void check_tp_moe_backend(MoeBackend requested, const ModelConfig& c) {
+  if (requested == MoeBackend::CPU)
+    fail("--moe-backend cpu runs the whole model on the CPU and does not combine with "
+         "--tensor-parallel; use --moe-backend auto, fused, offload or hybrid, or drop "
+         "--tensor-parallel");
+  if (requested == MoeBackend::HYBRID && oss_experts(c))
+    fail("{}: --moe-backend hybrid does not run expert biases or the clamped SwiGLU on its CPU "
+         "share (gpt-oss); use --moe-backend offload",
+         c.model_type);
+}
+
+BackendChoice choose_tp_moe_backend(MoeBackend requested, const ModelConfig& c, bool experts_fit,
+                                    const BwEntry* profile) {
+  check_tp_moe_backend(requested, c);
+  BackendChoice choice = choose_moe_backend(requested, true, experts_fit, profile);
+  if (choice.backend == MoeBackend::HYBRID && oss_experts(c)) {  // auto only (checked above)
+    choice.backend = MoeBackend::OFFLOAD;
+    choice.reason += "; offload: hybrid has no gpt-oss experts on the CPU share";
+  }
+  return choice;
+}
+
+TpHybridSplit tp_hybrid_split(double pcie_Bps, double cpu_Bps, const BwEntry* profile,
+                              int local_ranks, int threads) {
+  FT_CHECK(pcie_Bps > 0 && cpu_Bps > 0 && local_ranks >= 1, "tp_hybrid_split: {} {} {}",
+           pcie_Bps, cpu_Bps, local_ranks);
+  double share = 1;
+  if (profile && local_ranks > 1) {
+    const double alone = profile->pcie_per_gpu_gbs(1), all = profile->pcie_per_gpu_gbs(local_ranks);
+    if (alone > 0 && all > 0) share = std::min(1.0, all / alone);
+  }
+  return {.pcie_Bps = pcie_Bps * share,
+          .cpu_Bps = cpu_Bps / local_ranks,
+          .cpu_threads = std::max(1, threads / local_ranks)};
+}
+
+std::string tp_hybrid_summary(const TpHybridSplit& s, int local_ranks) {
+  return fmt::format("PCIe {:.1f} GB/s vs CPU {:.1f} GB/s, {} CPU threads ({} rank{} share the "
+                     "host), fetch fraction {:.3f}",
+                     s.pcie_Bps / 1e9, s.cpu_Bps / 1e9, s.cpu_threads, local_ranks,
+                     local_ranks == 1 ? "" : "s", s.fetch_fraction());
+}
+
+}  // namespace ft
