@@ -1,12 +1,16 @@
 // make_tp_runner (CUDA builds): `ft serve --tensor-parallel N` runs the model split over N GPUs
 // (parallel/cuda/tp_transformer.h) behind the Runner seam. Each GPU plans its own VRAM
-// (--gpu-memory / --memory-ratio are per GPU): every expert slice resident (fused) when it
-// fits, else an expert slot cache of slices (offload) fed from that rank's pinned copy.
+// (--gpu-memory / --memory-ratio are per GPU) and picks its backend as one GPU does
+// (parallel/tp_moe.h): every expert slice resident (fused) when it fits, else an expert slot
+// cache of slices (offload) fed from that rank's pinned copy, or HYBRID (that rank's misses
+// split between its PCIe fetches and its share of the host's CPU threads and bandwidth).
 // Nodes > 0 of a multi-host run (serve_tp_worker) replay node 0's steps.
 #include <fmt/format.h>
 
 #include <mutex>
+#include <optional>
 
+#include "backend/cpu/thread_pool.h"
 #include "backend/cuda/cuda_ops.h"
 #include "base/error.h"
 #include "base/log.h"
@@ -15,6 +19,7 @@
 #include "experts/bw_profile.h"
 #include "experts/gpu_expert_store.h"
 #include "parallel/cuda/tp_transformer.h"
+#include "parallel/tp_moe.h"
 
 namespace ft {
 
@@ -23,7 +28,8 @@ std::string gib(size_t b) { return fmt::format("{:.2f} GiB", b / double(size_t{1
 
 // --tp-experts auto resolves by choose_tp_experts (offload: --moe-backend offload asked for).
 TpOptions tp_options(const Model& model, const BackendOptions& b) {
-  const bool offload = parse_moe_backend(b.moe_backend) == MoeBackend::OFFLOAD;
+  const MoeBackend requested = parse_moe_backend(b.moe_backend);
+  const bool offload = requested == MoeBackend::OFFLOAD || requested == MoeBackend::HYBRID;
   const TpExperts experts = choose_tp_experts(parse_tp_experts(b.tp_experts), model.config(),
                                               b.tensor_parallel, offload);
   FT_LOG_INFO("tensor parallel: routed experts {} (--tp-experts {})", tp_experts_name(experts),
@@ -32,28 +38,47 @@ TpOptions tp_options(const Model& model, const BackendOptions& b) {
           .master = b.master, .experts = experts};
 }
 
-// Host->GPU GB/s each of `local` GPUs gets when all copy at once, from the bandwidth profile
-// (`ft bench bw` on several GPUs); 0 without one.
-double tp_pcie_gbs(const BackendOptions& b, int local) {
+// The bandwidth profile's entry for this GPU and the experts' format (the per-GPU host->GPU
+// figures from the bf16 entry when this format's lacks them); nullopt without one. A broken
+// profile is a warning here.
+std::optional<BwEntry> tp_profile(const BackendOptions& b, const HostExperts& shape) {
+  const char* format = shape.dtype == DType::BF16 ? "bf16"
+                       : shape.dtype == DType::F16 ? "f16"
+                       : shape.dtype == DType::F32 ? "f32"
+                                                   : "other";
   try {
     const std::string path = b.profile_path.empty() ? bw_profile_path() : b.profile_path;
     const auto p = read_bw_profile(path);
     const std::string s = cuda::device_summary();
-    const BwEntry* e = p ? p->find(s.substr(0, s.find(',')), "bf16") : nullptr;
-    return e ? e->pcie_per_gpu_gbs(local) : 0;
-  } catch (const Error&) {
-    return 0;  // a broken profile: cuda_runner warns about it
+    const std::string gpu = s.substr(0, s.find(','));
+    const BwEntry* e = p ? p->find(gpu, format) : nullptr;
+    const BwEntry* bf16 = p ? p->find(gpu, "bf16") : nullptr;
+    if (!e && !bf16) return std::nullopt;
+    BwEntry out = e ? *e : BwEntry{};
+    if (!e) out.recommended = "offload";  // only the link figures: no A/B for this format
+    if (out.pcie_gpu_concurrent_gbs.empty() && bf16) {
+      out.pcie_gpu_alone_gbs = bf16->pcie_gpu_alone_gbs;
+      out.pcie_gpu_concurrent_gbs = bf16->pcie_gpu_concurrent_gbs;
+      if (out.pcie_linear_gbs <= 0) out.pcie_linear_gbs = bf16->pcie_linear_gbs;
+    }
+    return out;
+  } catch (const Error& e) {
+    FT_LOG_WARN("{}", e.what());
+    return std::nullopt;
   }
 }
 
-// Per rank, on its thread and device: plans this GPU's budget and pins the rank's experts when
-// they are offloaded. The first rank's plan goes to `base` (every rank's shard is alike).
-TpSetupFn tp_setup(const BackendOptions& b, const GpuSeqLayout& layout, int64_t chunk,
-                   RunnerStats* base, std::mutex* m) {
+// Per rank, on its thread and device: plans this GPU's budget, picks its backend and pins the
+// rank's experts when they are offloaded. The first rank's plan goes to `base` (every rank's
+// shard is alike). threads: the node's CPU threads (--threads; 0: every core), shared by its
+// ranks' HYBRID workers.
+TpSetupFn tp_setup(const Model& model, const BackendOptions& b, const GpuSeqLayout& layout,
+                   int64_t chunk, int threads, RunnerStats* base, std::mutex* m) {
   const MoeBackend requested = parse_moe_backend(b.moe_backend);
-  if (requested == MoeBackend::CPU || requested == MoeBackend::HYBRID)
-    fail("--moe-backend {} does not combine with --tensor-parallel; use auto, fused or offload",
-         moe_backend_name(requested));
+  check_tp_moe_backend(requested, model.config());  // before any rank starts
+  const int local = b.tensor_parallel / b.nnodes;
+  const std::optional<BwEntry> profile = tp_profile(b, HostExperts::shape_of(model));
+  threads = threads > 0 ? threads : cpu_count();
   return [=](int rank, const Model& shard) {
     size_t free_b = 0, total_b = 0;
     cuda::memory_info(&free_b, &total_b);
@@ -78,27 +103,43 @@ TpSetupFn tp_setup(const BackendOptions& b, const GpuSeqLayout& layout, int64_t 
       if (requested == MoeBackend::FUSED) throw;
       fits = false;
     }
-    const bool fused = requested == MoeBackend::FUSED || (requested == MoeBackend::AUTO && fits);
+    const BackendChoice choice =
+        choose_tp_moe_backend(requested, shard.config(), fits, profile ? &*profile : nullptr);
+    const bool fused = choice.backend == MoeBackend::FUSED;
     const MemoryPlan plan = plan_memory(fused ? all_req : req);
-    FT_LOG_INFO("tensor parallel rank {}: {} on {}; budget {} of {} free: {}", rank,
-                fused ? "fused" : "offload", cuda::device_summary(), gib(budget), gib(free_b),
-                plan.summary());
+    FT_LOG_INFO("tensor parallel rank {}: {} ({}) on {}; budget {} of {} free: {}", rank,
+                moe_backend_name(choice.backend), choice.reason, cuda::device_summary(),
+                gib(budget), gib(free_b), plan.summary());
     TpRankSetup s;
     if (!fused) {
       auto host = std::make_shared<HostExperts>(HostExperts::copy_of(shard));
       s.offload = {.experts = host.get(), .slots = plan.expert_slots};
       s.keep = host;
-      // The ranks copy at once: each gets the profile's concurrent per-GPU figure.
-      if (const double gbs = tp_pcie_gbs(b, b.tensor_parallel / b.nnodes); gbs > 0) {
+      if (choice.backend == MoeBackend::HYBRID) {
+        // The single-GPU pair (profile, else the runner's defaults), shared among the ranks.
+        const bool measured = choice.pcie_Bps > 0 && choice.cpu_Bps > 0;
+        const TpHybridSplit split =
+            tp_hybrid_split(measured ? choice.pcie_Bps : s.offload.pcie_Bps,
+                            measured ? choice.cpu_Bps : s.offload.cpu_Bps,
+                            profile ? &*profile : nullptr, local, threads);
+        s.offload.mode = MoeMode::HYBRID;
+        s.offload.pcie_Bps = split.pcie_Bps;
+        s.offload.cpu_Bps = split.cpu_Bps;
+        s.offload.cpu_threads = split.cpu_threads;
+        FT_LOG_INFO("tensor parallel rank {}: hybrid split: {} ({})", rank,
+                    tp_hybrid_summary(split, local),
+                    measured ? "from the bw profile" : "defaults: run `ft bench bw`");
+      } else if (const double gbs = profile ? profile->pcie_per_gpu_gbs(local) : 0; gbs > 0) {
+        // The ranks copy at once: each gets the profile's concurrent per-GPU figure.
         s.offload.pcie_Bps = gbs * 1e9;
         if (rank == 0)
           FT_LOG_INFO("tensor parallel: host->GPU {:.1f} GB/s per GPU with {} copying at once "
-                      "(bw profile)", gbs, b.tensor_parallel / b.nnodes);
+                      "(bw profile)", gbs, local);
       }
     }
     if (rank == 0) {
       std::lock_guard<std::mutex> lock(*m);
-      base->backend = fused ? "fused" : "offload";
+      base->backend = moe_backend_name(choice.backend);
       base->memory_budget = budget;
       base->memory_planned = plan.used;
       base->expert_slots = plan.expert_slots;
@@ -112,10 +153,10 @@ TpSetupFn tp_setup(const BackendOptions& b, const GpuSeqLayout& layout, int64_t 
 class TpRunner : public Runner {
  public:
   TpRunner(const Model& model, const BackendOptions& b, const GpuSeqLayout& layout,
-           int64_t chunk)
+           int64_t chunk, int threads)
       : model_(model),
         tp_(model, tp_options(model, b), layout.ctx, chunk, layout.seqs,
-            tp_setup(b, layout, chunk, &base_, &m_)) {
+            tp_setup(model, b, layout, chunk, threads, &base_, &m_)) {
     base_.device = fmt::format("{} x tensor parallel ({} per node): {}", b.tensor_parallel,
                                b.tensor_parallel / b.nnodes, cuda::device_summary());
     base_.kv_tokens = layout.ctx * layout.seqs;
@@ -130,8 +171,21 @@ class TpRunner : public Runner {
     for (const RunnerStep& s : steps) batch_.push_back({s.seq, s.ids, s.n, s.pos0, s.logits});
     tp_.forward_batch(batch_);
   }
-  RunnerStats stats() const override {  // rank 0's share (all ranks alike)
-    return with_runtime(base_, tp_.rank(0).runtime_stats());
+  // Rank 0's figures, with the expert counts as one GPU would count them: slices (every rank
+  // looks up the same experts' slices) rank 0's; whole experts (each rank its own) the local
+  // ranks' sum. Bytes moved: every local rank's.
+  RunnerStats stats() const override {
+    CudaRuntimeStats r = tp_.rank(0).runtime_stats();
+    const bool whole = tp_.plan().ranks[0].own_experts.size() > 0;
+    for (int i = 1; i < tp_.local_ranks(); ++i) {
+      const CudaRuntimeStats o = tp_.rank(i).runtime_stats();
+      if (whole) {
+        r.hits += o.hits, r.misses += o.misses;
+        r.fetched_experts += o.fetched_experts, r.cpu_experts += o.cpu_experts;
+      }
+      r.fetched_bytes += o.fetched_bytes, r.streamed_bytes += o.streamed_bytes;
+    }
+    return with_runtime(base_, r);
   }
   size_t weight_bytes() const override { return tp_.weight_bytes(); }
   size_t kv_bytes() const override {
@@ -157,7 +211,7 @@ std::unique_ptr<Runner> make_tp_runner(const Model& model, EngineOptions& opt,
   opt.max_running = layout.seqs;
   FT_LOG_INFO("tensor parallel: {} GPUs over {} node(s), this node {}", b.tensor_parallel,
               b.nnodes, b.node_rank);
-  return std::make_unique<TpRunner>(model, b, layout, opt.chunk);
+  return std::make_unique<TpRunner>(model, b, layout, opt.chunk, opt.threads);
 }
 
 void serve_tp_worker(const Model& model, EngineOptions& opt, const BackendOptions& b) {
@@ -166,7 +220,7 @@ void serve_tp_worker(const Model& model, EngineOptions& opt, const BackendOption
   RunnerStats base;
   std::mutex m;
   TpTransformer tp(model, tp_options(model, b), layout.ctx, opt.chunk, layout.seqs,
-                   tp_setup(b, layout, opt.chunk, &base, &m));
+                   tp_setup(model, b, layout, opt.chunk, opt.threads, &base, &m));
   FT_LOG_INFO("node {}: {} ranks ready; serving node 0's steps", b.node_rank, tp.local_ranks());
   tp.serve_worker();
   FT_LOG_INFO("node {}: node 0 stopped", b.node_rank);

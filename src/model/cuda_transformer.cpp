@@ -138,6 +138,10 @@ struct CudaTransformer::Hybrid {
   std::vector<float> x, w, out, g, u, d;  // [n, H], [n, k], [n, H], per CPU item [I|I|H]
   std::vector<TensorView> views;          // per CPU item: gate, up, down
   std::vector<int64_t> items;             // slots t * top_k + k computed on the CPU
+  // This rank's routed slots (all but a whole-expert shard's -1 ids): their index in the
+  // layer's [n, top_k], expert ids and cache slots.
+  std::vector<int64_t> own_at;
+  std::vector<int32_t> own_ids, own_slots;
 };
 
 CudaTransformer::~CudaTransformer() = default;
@@ -702,13 +706,24 @@ void CudaTransformer::moe_hybrid(int64_t l, int64_t n, cuda::MoeArgs a) {
   cuda::copy_to_host(host_ids_.data(), a.ids, count * sizeof(int32_t));
   cuda::copy_to_host(hy.x.data(), a.x, n * H * sizeof(float));
   cuda::copy_to_host(hy.w.data(), a.weights, count * sizeof(float));
-  const int64_t misses = store_->count_misses(l, host_ids_.data(), count);
-  const int64_t fetch = hybrid_fetch_count(misses, hybrid_f_);
-  const int64_t cpu = store_->ensure(l, host_ids_.data(), count, host_slots_.data(), fetch);
-  rt_.t_fetch += tf.seconds();
-  hy.items.clear();
+  // A whole-expert TP shard routes other ranks' experts as -1 (route_local): they are neither
+  // its misses nor its CPU share, and their slot stays -1 (the experts layer skips it).
+  hy.own_at.clear(), hy.own_ids.clear();
   for (int64_t i = 0; i < count; ++i)
-    if (host_slots_[i] < 0) hy.items.push_back(i);
+    if (host_ids_[i] >= 0) hy.own_at.push_back(i), hy.own_ids.push_back(host_ids_[i]);
+  const int64_t own = static_cast<int64_t>(hy.own_ids.size());
+  hy.own_slots.resize(own);
+  const int64_t misses = store_->count_misses(l, hy.own_ids.data(), own);
+  const int64_t fetch = hybrid_fetch_count(misses, hybrid_f_);
+  const int64_t cpu =
+      own > 0 ? store_->ensure(l, hy.own_ids.data(), own, hy.own_slots.data(), fetch) : 0;
+  rt_.t_fetch += tf.seconds();
+  std::fill(host_slots_.begin(), host_slots_.end(), -1);
+  hy.items.clear();
+  for (int64_t j = 0; j < own; ++j) {
+    host_slots_[hy.own_at[j]] = hy.own_slots[j];
+    if (hy.own_slots[j] < 0) hy.items.push_back(hy.own_at[j]);
+  }
   const int64_t m = static_cast<int64_t>(hy.items.size());
   if (m > 0) {
     rt_.cpu_experts += cpu;

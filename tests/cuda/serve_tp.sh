@@ -2,10 +2,12 @@
 # ft serve --tensor-parallel on the multi-GPU machine: one GPU's greedy ids (fused; serve_gpu.sh
 # checks those against the CPU backend, which ran at 2 tok/s on the 32-core device) are the
 # reference; TP=2 resident, TP=2 offloaded (minimum slots per GPU), both again with whole experts
-# per GPU (--tp-experts whole) and TP=2 as two "nodes"
+# per GPU (--tp-experts whole), TP=2 HYBRID (one layer of slots per GPU, each rank's misses
+# split between its fetches and its CPU workers; /v1/stats must say hybrid with CPU-computed
+# experts), slices and whole experts, and TP=2 as two "nodes"
 # (two processes, one GPU each, NCCL bootstrap on 127.0.0.1) must give the same ids over HTTP
-# (temperature 0), sequential and concurrent requests. Also checks a refused split. Each run's
-# verdict prints as soon as it finishes.
+# (temperature 0), sequential and concurrent requests. Also checks a refused split and the
+# refusal of --moe-backend cpu. Each run's verdict prints as soon as it finishes.
 #   tests/cuda/serve_tp.sh FT_BINARY [MODEL_DIR (default models/demo)] [OUT_DIR]
 set -u
 ft=$1 model=${2:-models/demo} out=${3:-/tmp/serve_tp}
@@ -50,6 +52,22 @@ run tp2_offload --tensor-parallel 2 --tp-experts slice --moe-backend offload --m
   --gpu-memory 1GiB "${common[@]}"
 run tp2_whole_offload --tensor-parallel 2 --tp-experts whole --moe-backend offload \
   --moe-cache-size 4 --gpu-memory 1GiB "${common[@]}"
+# HYBRID per rank (no bw profile on the device: the default split, CPU bandwidth and threads
+# halved per rank); the stats must show it.
+hybrid_stats() {  # name: backend hybrid and CPU-computed experts in /v1/stats
+  local got
+  got=$(python3 -c 'import json,sys; s=json.load(open(sys.argv[1])); print(s["backend"], s["moe"]["cpu_experts"])' \
+    "$out/$1.stats.json" 2>/dev/null)
+  if [[ "$got" =~ ^hybrid\ [1-9][0-9]*$ ]]; then pass "$1 stats: $got cpu experts"; else
+    failed "$1 stats: '$got' (want hybrid and cpu_experts > 0)"; fi
+  grep -m2 "hybrid split" "$out/$1.log" | sed 's/^/    /'
+}
+run tp2_hybrid --tensor-parallel 2 --tp-experts slice --moe-backend hybrid --moe-cache-size 8 \
+  --gpu-memory 1GiB "${common[@]}"
+hybrid_stats tp2_hybrid
+run tp2_whole_hybrid --tensor-parallel 2 --tp-experts whole --moe-backend hybrid \
+  --moe-cache-size 4 --gpu-memory 1GiB "${common[@]}"
+hybrid_stats tp2_whole_hybrid
 # Two "nodes" on one host: node 1 (GPU 1) replays node 0's steps.
 CUDA_VISIBLE_DEVICES=1 "$ft" serve --model "$model" --tensor-parallel 2 --nnodes 2 --node-rank 1 \
   --master 127.0.0.1:29561 "${resident[@]}" >"$out/node1.log" 2>&1 &
@@ -66,5 +84,8 @@ python3 -c 'import json,sys; s=json.load(open(sys.argv[1])); print("    tp2_offl
 err=$("$ft" serve --model "$model" --port $port --tensor-parallel 3 2>&1); rc=$?
 if [ $rc -ne 0 ] && [[ "$err" == *"attention heads do not divide"* ]]; then
   pass "refusal: $(printf '%s' "$err" | tail -n 1)"; else failed "refusal rc=$rc: $err"; fi
+err=$("$ft" serve --model "$model" --port $port --tensor-parallel 2 --moe-backend cpu 2>&1); rc=$?
+if [ $rc -ne 0 ] && [[ "$err" == *"--moe-backend cpu runs the whole model on the CPU"* ]]; then
+  pass "refusal: $(printf '%s' "$err" | tail -n 1)"; else failed "cpu refusal rc=$rc: $err"; fi
 echo "$passes passed, $fails failed"
 [ $fails -eq 0 ]
