@@ -9,8 +9,11 @@
 # (temperature 0), sequential and concurrent requests. Also checks a refused split and the
 # refusal of --moe-backend cpu. Each run's verdict prints as soon as it finishes.
 #   tests/cuda/serve_tp.sh FT_BINARY [MODEL_DIR (default models/demo)] [OUT_DIR]
+# SERVE_TP_ONLY='tp1|tp2_hybrid' runs only the named runs (tp1 is every check's reference).
 set -u
 ft=$1 model=${2:-models/demo} out=${3:-/tmp/serve_tp}
+only=${SERVE_TP_ONLY:-}
+selected() { [ -z "$only" ] || [[ "$1" =~ ^($only)$ ]]; }
 mkdir -p "$out"
 port=19575
 fails=0 passes=0
@@ -38,6 +41,7 @@ check() {
 
 run() {  # name, flags...
   local name=$1; shift
+  selected "$name" || return 0
   if start "$name" "$@"; then answers "$name"; stop; else failed "$name starts"; stop; fi
   [ "$name" = tp1 ] || check "$name"
 }
@@ -56,6 +60,7 @@ run tp2_whole_offload --tensor-parallel 2 --tp-experts whole --moe-backend offlo
 # halved per rank); the stats must show it.
 hybrid_stats() {  # name: backend hybrid and CPU-computed experts in /v1/stats
   local got
+  selected "$1" || return 0
   got=$(python3 -c 'import json,sys; s=json.load(open(sys.argv[1])); print(s["backend"], s["moe"]["cpu_experts"])' \
     "$out/$1.stats.json" 2>/dev/null)
   if [[ "$got" =~ ^hybrid\ [1-9][0-9]*$ ]]; then pass "$1 stats: $got cpu experts"; else
@@ -69,6 +74,7 @@ run tp2_whole_hybrid --tensor-parallel 2 --tp-experts whole --moe-backend hybrid
   --moe-cache-size 4 --gpu-memory 1GiB "${common[@]}"
 hybrid_stats tp2_whole_hybrid
 # Two "nodes" on one host: node 1 (GPU 1) replays node 0's steps.
+if selected tp2_nodes; then
 CUDA_VISIBLE_DEVICES=1 "$ft" serve --model "$model" --tensor-parallel 2 --nnodes 2 --node-rank 1 \
   --master 127.0.0.1:29561 "${resident[@]}" >"$out/node1.log" 2>&1 &
 node1=$!
@@ -78,6 +84,7 @@ for _ in $(seq 1 50); do kill -0 $node1 2>/dev/null || break; sleep 0.1; done
 if kill -0 $node1 2>/dev/null; then failed "node 1 did not stop with node 0"; kill $node1; else
   pass "node 1 stopped with node 0"; fi
 tail -n 3 "$out/node1.log"
+fi
 python3 -c 'import json,sys; s=json.load(open(sys.argv[1])); print("    tp2_offload stats:", s["backend"], s["moe"]["misses"], "misses")' \
   "$out/tp2_offload.stats.json" 2>/dev/null
 

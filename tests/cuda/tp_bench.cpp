@@ -9,7 +9,12 @@
 // streaming the GPU's experts once per pass at the concurrent host->GPU bandwidth.
 //   tp_bench [--worlds 1 2] [--budgets all 16GiB] [--tp-experts slice whole] [--layers 48]
 //            [--decode 32] [--prompts 512 4096] [--chunk 4096] [--threads 0] [--vocab-split]
+//            [--hybrid]
 // --vocab-split: TP > 1 runs split the lm_head's rows over the GPUs (logits all-gathered).
+// --hybrid: each offloaded budget also runs HYBRID (every rank's misses split between its
+// fetches and its CPU workers as ft serve splits them: the concurrent host->GPU rate vs the
+// measured CPU expert rate / TP, threads / TP each); its decode bound adds the CPU's rate to
+// the PCIe one for the misses.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -26,6 +31,7 @@
 #include "cache/memory_plan.h"
 #include "experts/bw_devices.h"
 #include "experts/gpu_expert_store.h"
+#include "ops/ops.h"
 #include "parallel/cuda/tp_transformer.h"
 
 using namespace ft;
@@ -38,12 +44,13 @@ struct Opts {
   std::vector<int64_t> prompts = {512, 4096};
   int64_t layers = 48, decode = 32, chunk = 4096;
   int threads = 0;
-  bool vocab_split = false;
+  bool vocab_split = false, hybrid = false;
 };
 
 struct Row {
   int world;
   TpExperts mode = TpExperts::SLICE;
+  bool hybrid = false;
   std::string budget, note;
   int64_t slots = 0, all = 0;
   double decode_tps = 0, hit = 1;
@@ -56,7 +63,38 @@ struct Row {
 struct Bandwidths {
   double hbm = 0;
   std::map<int, double> h2d;  // world -> the slowest GPU's figure, bytes/s
+  double cpu = 0;             // the CPU expert kernel on every thread, bytes/s (--hybrid)
 };
+
+// HYBRID's CPU job (model/cuda_transformer.cpp moe_hybrid) on 1-token calls of top_k experts
+// of a rotating layer for `seconds`, on `threads` threads: expert bytes read per second.
+double cpu_expert_Bps(const HostExperts& h, int64_t top_k, int threads, double seconds) {
+  ThreadPool pool(threads, false);
+  const int64_t H = h.hidden, I = h.inter;
+  std::vector<float> x(H, 0.01f), g(top_k * I), u(top_k * I), d(top_k * H);
+  std::vector<TensorView> v(3 * top_k);
+  std::vector<int64_t> moe;
+  for (int64_t l = 0; l < h.n_layers; ++l)
+    if (h.has_layer(l)) moe.push_back(l);
+  int64_t calls = 0, next = 0;
+  size_t bytes = 0;
+  Timer t;
+  for (; t.seconds() < seconds; ++calls) {
+    const int64_t l = moe[calls % moe.size()];
+    std::vector<ops::GemmProblem> gu, dn;
+    for (int64_t j = 0; j < top_k; ++j, ++next) {
+      for (int m = 0; m < 3; ++m) v[3 * j + m] = h.expert_view(l, next % h.n_experts, m);
+      gu.push_back({x.data(), 1, &v[3 * j], g.data() + j * I});
+      gu.push_back({x.data(), 1, &v[3 * j + 1], u.data() + j * I});
+      dn.push_back({g.data() + j * I, 1, &v[3 * j + 2], d.data() + j * H});
+    }
+    ops::matmul_grouped(pool, gu);
+    ops::silu_mul(pool, g.data(), u.data(), top_k * I, g.data());
+    ops::matmul_grouped(pool, dn);
+    bytes += top_k * h.layer_expert_bytes(l);
+  }
+  return bytes / t.seconds();
+}
 
 // Bytes GPU 0 of a rank reads per decode token outside the routed experts: every matrix of
 // its shard but the experts (attention, router, dense MLP, lm_head; the embedding: one row).
@@ -76,9 +114,13 @@ int32_t argmax(const std::vector<float>& v) {
 
 Row run(const Opts& o, const Model& model, const ModelConfig& real, int world, TpExperts mode,
         const std::string& budget, std::map<int, std::shared_ptr<HostExperts>>& hosts,
-        std::mutex& hm, int threads, const Bandwidths& bw) {
+        std::mutex& hm, int threads, const Bandwidths& bw, bool hybrid) {
   Row row;
-  row.world = world, row.budget = budget, row.mode = mode;
+  row.world = world, row.budget = budget, row.mode = mode, row.hybrid = hybrid;
+  // HYBRID: each rank's pair, as tp_hybrid_split makes it from a profile (parallel/tp_moe.h):
+  // the concurrent host->GPU figure, the CPU's rate and threads divided among the ranks.
+  const double h2d_w = bw.h2d.count(world) ? bw.h2d.at(world) : 0;
+  const double cpu_rank = bw.cpu / world;
   // The real widths' plan: the stand-in model's own experts are 8 wide.
   const TpPlan plan = plan_tensor_parallel(real, world, mode);
   const int64_t longest = *std::max_element(o.prompts.begin(), o.prompts.end());
@@ -113,6 +155,11 @@ Row run(const Opts& o, const Model& model, const ModelConfig& real, int world, T
     }
     TpRankSetup s;
     s.offload = {.experts = h.get(), .slots = p.expert_slots};
+    if (hybrid && h2d_w > 0 && cpu_rank > 0) {
+      s.offload.mode = MoeMode::HYBRID;
+      s.offload.pcie_Bps = h2d_w, s.offload.cpu_Bps = cpu_rank;
+      s.offload.cpu_threads = threads;  // the caller's threads / world
+    }
     s.keep = h;
     return s;
   };
@@ -148,7 +195,9 @@ Row run(const Opts& o, const Model& model, const ModelConfig& real, int world, T
   const double per_tok = double(real.top_k) * moe_layers /
                          (mode == TpExperts::WHOLE ? double(world) : 1.0);
   double t_tok = (resident + per_tok * expert) / bw.hbm;
-  if (h2d > 0) t_tok += (1 - row.hit) * per_tok * expert / h2d;
+  // Misses: over PCIe, or HYBRID split so that fetches and the CPU share finish together.
+  const double miss_Bps = h2d + (hybrid ? cpu_rank : 0);
+  if (miss_Bps > 0) t_tok += (1 - row.hit) * per_tok * expert / miss_Bps;
   row.decode_bound = bw.hbm > 0 ? 1 / t_tok : 0;
   for (int64_t p : o.prompts) {
     std::vector<int32_t> ids(p);
@@ -188,6 +237,7 @@ int main(int argc, char** argv) {
     else if (a == "--chunk") o.chunk = num();
     else if (a == "--threads") o.threads = static_cast<int>(num());
     else if (a == "--vocab-split") o.vocab_split = true;
+    else if (a == "--hybrid") o.hybrid = true;
     else { std::fprintf(stderr, "tp_bench: unknown argument %s\n", a.c_str()); return 2; }
   }
   const int threads = o.threads > 0 ? o.threads
@@ -214,6 +264,15 @@ int main(int argc, char** argv) {
                   bw.h2d[world] / 1e9, *std::min_element(h.alone.begin(), h.alone.end()) / 1e9);
     }
     std::printf("HBM (GPU 0, device copy read + write): %.0f GB/s\n", bw.hbm / 1e9);
+    if (o.hybrid) {  // the CPU expert kernel on a few layers of real-width experts
+      ModelConfig few = real;
+      few.n_layers = 2;  // 2.4 GB of experts: far past the caches
+      few.layer_is_moe.assign(2, true);
+      const HostExperts h = HostExperts::synthetic(few, 44, threads);
+      bw.cpu = cpu_expert_Bps(h, real.top_k, threads, 1.5);
+      std::printf("CPU expert kernel (%d threads, 1 token x top-%lld): %.1f GB/s\n", threads,
+                  (long long)real.top_k, bw.cpu / 1e9);
+    }
     std::fflush(stdout);
   }
   std::vector<Row> rows;
@@ -226,25 +285,28 @@ int main(int argc, char** argv) {
       if (world == 1 && mode != o.modes[0]) continue;  // one GPU: the modes are the same
       std::map<int, std::shared_ptr<HostExperts>> hosts;  // per world and mode: each rank's
       std::mutex hm;
-      for (const std::string& b : o.budgets) {
-        Timer t;
-        try {
-          rows.push_back(run(o, *model, real, world, mode, b, hosts, hm,
-                             std::max(1, threads / world), bw));
-        } catch (const std::exception& e) {
-          Row r;
-          r.world = world, r.budget = b, r.mode = mode, r.note = e.what();
-          rows.push_back(r);
+      for (const std::string& b : o.budgets)
+        for (bool hybrid : {false, true}) {
+          if (hybrid && (!o.hybrid || b == "all")) continue;
+          Timer t;
+          try {
+            rows.push_back(run(o, *model, real, world, mode, b, hosts, hm,
+                               std::max(1, threads / world), bw, hybrid));
+          } catch (const std::exception& e) {
+            Row r;
+            r.world = world, r.budget = b, r.mode = mode, r.hybrid = hybrid, r.note = e.what();
+            rows.push_back(r);
+          }
+          std::printf("TP=%d %s%s budget %s done in %.1f s\n", world, tp_experts_name(mode),
+                      hybrid ? " hybrid" : "", b.c_str(), t.seconds());
+          std::fflush(stdout);
         }
-        std::printf("TP=%d %s budget %s done in %.1f s\n", world, tp_experts_name(mode),
-                    b.c_str(), t.seconds());
-        std::fflush(stdout);
-      }
     }
   }
-  auto base = [&](const std::string& b) -> const Row* {
+  auto base = [&](const Row& of) -> const Row* {  // TP=1 at the same budget and backend
     for (const Row& r : rows)
-      if (r.world == 1 && r.budget == b && r.note.empty()) return &r;
+      if (r.world == 1 && r.budget == of.budget && r.hybrid == of.hybrid && r.note.empty())
+        return &r;
     return nullptr;
   };
   std::string s = "\n| TP | experts | budget per GPU | expert slots per GPU | decode tok/s | "
@@ -258,17 +320,18 @@ int main(int argc, char** argv) {
   s += "\n";
   for (const Row& r : rows) {
     if (!r.note.empty()) {
-      s += fmt::format("| {} | {} | {} | failed: {} |\n", r.world, tp_experts_name(r.mode),
-                       r.budget, r.note);
+      s += fmt::format("| {} | {}{} | {} | failed: {} |\n", r.world, tp_experts_name(r.mode),
+                       r.hybrid ? " hybrid" : "", r.budget, r.note);
       continue;
     }
-    const Row* b = base(r.budget);
+    const Row* b = base(r);
     const double sp = b ? r.decode_tps / b->decode_tps : 0;
     s += fmt::format("| {} | {} | {} | {} of {} | {:.1f} | {} | {:.1f}% | {:.2f}x | {:.0f}% |",
                      r.world,
-                     r.world == 1 ? std::string("-")
-                                  : fmt::format("{}{}", tp_experts_name(r.mode),
-                                                o.vocab_split ? " + vocab split" : ""),
+                     r.world == 1 ? std::string(r.hybrid ? "- hybrid" : "-")
+                                  : fmt::format("{}{}{}", tp_experts_name(r.mode),
+                                                o.vocab_split ? " + vocab split" : "",
+                                                r.hybrid ? " hybrid" : ""),
                      r.budget, r.slots,
                      r.all, r.decode_tps, of(r.decode_tps, r.decode_bound), 100 * r.hit, sp,
                      100 * sp / r.world);

@@ -2,7 +2,9 @@
 // (CudaTransformer on the whole model) on every fixture the plan accepts and on a synthetic
 // model of Qwen3-30B-A3B's layer shapes: prefill logits of every position, greedy decode
 // (graph-captured and eager), offloaded experts (one layer of slots per GPU), a two-sequence
-// forward_batch. Greedy ids must match exactly (the synthetic model: wherever TP=1's top-2 gap
+// forward_batch; HYBRID offload per rank (check names "hybrid ...": one layer of slots per GPU,
+// each rank's misses split between its fetches and its CPU workers, which must have computed
+// experts). Greedy ids must match exactly (the synthetic model: wherever TP=1's top-2 gap
 // exceeds the tolerance), logits within max|d| <= 1e-3 * max|ref| per row (the fixtures' bound).
 //   tp_validate [fixtures_dir] [--world N] [--only PREFIX|PREFIX...]   (checks of those models)
 //   tp_validate --world 2 --nnodes 2 --node-rank R --master 127.0.0.1:29555   (one process per
@@ -17,6 +19,7 @@
 #include <exception>
 #include <functional>
 #include <string>
+#include <thread>
 
 #include "backend/cuda/cuda_ops.h"
 #include "base/error.h"
@@ -149,13 +152,141 @@ TpSetupFn offload_setup(int64_t layers) {
   };
 }
 
+// HYBRID per rank: `layers` layers' worth of slots, the host's threads divided among the
+// `world` ranks (engine/tp_runner.cpp via parallel/tp_moe.h), and an even split (fetch
+// fraction 1/2: a layer's single miss goes to the CPU, two go one each way), so the small
+// fixtures' top-2 decode exercises both sides.
+TpSetupFn hybrid_setup(int64_t layers, int world) {
+  return [layers, world](int, const Model& shard) {
+    auto host = std::make_shared<HostExperts>(HostExperts::copy_of(shard));
+    TpRankSetup s;
+    s.offload = {.experts = host.get(), .slots = layers * shard.config().n_experts,
+                 .mode = MoeMode::HYBRID, .pcie_Bps = 12.5e9, .cpu_Bps = 12.5e9};
+    const int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    s.offload.cpu_threads = std::max(1, threads / world);
+    s.keep = host;
+    return s;
+  };
+}
+
+bool selected(const Ctx& ctx, const std::string& name) {
+  return ctx.only.empty() || std::any_of(ctx.only.begin(), ctx.only.end(), [&](const auto& p) {
+           return name.rfind(p, 0) == 0;
+         });
+}
+
+// Every rank's CPU workers computed experts (whole experts: the ranks together; a rank may own
+// none of a short run's CPU misses).
+std::string cpu_share(const TpTransformer& tp, bool whole) {
+  std::string counts;
+  int64_t total = 0, idle = 0;
+  for (int r = 0; r < tp.local_ranks(); ++r) {
+    const int64_t c = tp.rank(r).runtime_stats().cpu_experts;
+    counts += fmt::format("{}{}", r ? " / " : "", c);
+    total += c, idle += c == 0;
+  }
+  std::printf("     cpu experts per rank: %s\n", counts.c_str());
+  if (total == 0 || (!whole && idle > 0))
+    return fmt::format("hybrid: CPU-computed experts per rank {} (want > 0)\n", counts);
+  return "";
+}
+
+// TP=N HYBRID (one layer of slots per GPU) vs TP=1 resident: greedy decode (teacher-forced
+// where the model has near-ties), then two sequences in one forward_batch.
+void check_hybrid(Ctx& ctx, const Model& m, const std::string& name, int64_t prompt_len,
+                  int64_t steps, bool exact) {
+  if (!selected(ctx, name)) return;
+  const ModelConfig& c = m.config();
+  const int64_t V = c.vocab_size, cap = prompt_len + steps + 8;
+  const bool whole = ctx.tp.experts == TpExperts::WHOLE;
+  try {
+    plan_tensor_parallel(m, ctx.tp.world, whole ? TpExperts::WHOLE : TpExperts::SLICE);
+  } catch (const Error& e) {
+    std::printf("SKIP %-44s %s\n", name.c_str(), e.what());
+    return;
+  }
+  const auto prompt = prompt_ids(prompt_len, V, 7);
+  Trace ref;
+  {
+    CudaTransformer one(m, cap, 64);
+    ref = run_trace([&](auto... a) { one.forward(a...); }, prompt, steps, V);
+  }
+  report(ctx, fmt::format("{} tp{} 1 layer of slots", name, ctx.tp.world), [&] {
+    TpTransformer tp(m, ctx.tp, cap, 64, 1, hybrid_setup(1, ctx.tp.world));
+    const Trace got = run_trace([&](auto... a) { tp.forward(a...); }, prompt, steps, V,
+                                exact ? nullptr : &ref.greedy);
+    return compare(got, ref, V, name, exact) + cpu_share(tp, whole);
+  });
+  // Both sides feed TP=1's greedy ids (teacher), so every pass's rows compare.
+  report(ctx, fmt::format("{} tp{} forward_batch x2", name, ctx.tp.world), [&] {
+    const auto p2 = prompt_ids(prompt_len / 2 + 1, V, 9);
+    const int64_t n2 = static_cast<int64_t>(p2.size()), passes = 5;
+    std::vector<int32_t> teacher;  // [passes - 1, 2]
+    auto drive = [&](auto& tf, std::vector<float>& out) {
+      out.assign(passes * 2 * V, 0.f);
+      const CudaSeqStep pre[2] = {
+          {.seq = 0, .ids = prompt.data(), .n = prompt_len, .pos0 = 0, .logits = out.data()},
+          {.seq = 1, .ids = p2.data(), .n = n2, .pos0 = 0, .logits = out.data() + V}};
+      tf.forward_batch(pre);
+      for (int64_t i = 1; i < passes; ++i) {  // decode-sized passes of both: the CPU share
+        const float* prev = out.data() + (i - 1) * 2 * V;
+        if (static_cast<int64_t>(teacher.size()) < 2 * i)
+          teacher.insert(teacher.end(), {argmax(prev, V), argmax(prev + V, V)});
+        float* o = out.data() + i * 2 * V;
+        const CudaSeqStep dec[2] = {
+            {.seq = 0, .ids = &teacher[2 * (i - 1)], .n = 1, .pos0 = prompt_len + i - 1,
+             .logits = o},
+            {.seq = 1, .ids = &teacher[2 * (i - 1) + 1], .n = 1, .pos0 = n2 + i - 1,
+             .logits = o + V}};
+        tf.forward_batch(dec);
+      }
+    };
+    std::vector<float> a, b;
+    {
+      CudaTransformer one(m, cap, 64 + prompt_len + 1, {}, 2);
+      drive(one, a);
+    }
+    TpTransformer tp(m, ctx.tp, cap, 64 + prompt_len + 1, 2, hybrid_setup(1, ctx.tp.world));
+    drive(tp, b);
+    return rows_close(b.data(), a.data(), passes * 2, V, name + " batch") + cpu_share(tp, whole);
+  });
+}
+
+// HYBRID with slices and with whole experts on the fixtures HYBRID runs (gpt-oss's experts are
+// refused: checked), the 30B-shaped synthetic model and FP8 tiles.
+void check_hybrids(Ctx& ctx, const std::string& fixtures, const Model& syn, const Model& f8) {
+  for (TpExperts e : {TpExperts::SLICE, TpExperts::WHOLE}) {
+    Ctx h = ctx;
+    h.tp.experts = e;
+    h.failed = h.total = 0;
+    const std::string tag = e == TpExperts::WHOLE ? "hybrid whole" : "hybrid";
+    for (const char* f : {"qwen3_moe", "qwen3_moe_yarn", "mixtral", "olmoe", "qwen3_5_moe"}) {
+      if (!selected(h, fmt::format("{} {}", tag, f))) continue;
+      auto m = Model::load(fixtures + "/" + f);
+      check_hybrid(h, *m, fmt::format("{} {}", tag, f), 12, 16, true);
+    }
+    check_hybrid(h, syn, tag + " synthetic 30B-A3B", 40, 8, false);
+    check_hybrid(h, f8, tag + " fp8 synthetic", 12, 16, false);
+    ctx.failed += h.failed, ctx.total += h.total;
+  }
+  const std::string name = fmt::format("hybrid gpt_oss tp{} refused", ctx.tp.world);
+  if (!selected(ctx, name)) return;
+  report(ctx, name, [&]() -> std::string {
+    auto m = Model::load(fixtures + "/gpt_oss");
+    try {
+      TpTransformer tp(*m, ctx.tp, 32, 64, 1, hybrid_setup(1, ctx.tp.world));
+    } catch (const Error& e) {
+      const std::string w = e.what();
+      return w.find("use --moe-backend offload") != std::string::npos ? "" : w + "\n";
+    }
+    return "gpt_oss HYBRID was not refused\n";
+  });
+}
+
 // TP=1 vs TP=N on one model: resident (graphs, eager), offloaded, and a batch of two sequences.
 void check_model(Ctx& ctx, const Model& m, const std::string& name, int64_t prompt_len,
                  int64_t steps, bool exact) {
-  if (!ctx.only.empty() && std::none_of(ctx.only.begin(), ctx.only.end(), [&](const auto& p) {
-        return name.rfind(p, 0) == 0;
-      }))
-    return;
+  if (!selected(ctx, name)) return;
   const ModelConfig& c = m.config();
   const int64_t V = c.vocab_size, cap = prompt_len + steps + 8;
   try {
@@ -322,6 +453,7 @@ int main(int argc, char** argv) {
     check_model(ctx, *f8, "fp8 synthetic", 12, 16, false);
     check_whole_experts(ctx, fixtures, *syn);
     check_vocab_split(ctx, fixtures, *syn);
+    check_hybrids(ctx, fixtures, *syn, *f8);
   } catch (const std::exception& e) {
     std::printf("FAIL: %s\n", e.what());
     return 1;
