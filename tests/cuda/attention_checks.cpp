@@ -155,8 +155,9 @@ std::string check_flash_all() {
 }
 
 // Flash-decoding: one token each of three sequences (lengths 1, 700, 5000 in a cache of 5120
-// positions, per-token pos/seq), split (at most 4 chunks: 512 keys, longer past 2048) and not,
-// launched twice (the counters reset), then captured in a graph and replayed at other lengths.
+// positions, per-token pos/seq), split (at most 4 chunks of k_attention_split_keys keys, longer
+// past 4 of them) and not, launched twice (the counters reset), then captured in a graph and
+// replayed at other lengths.
 std::string check_decode(bool window_sinks) {
   ThreadPool pool(pool_threads(), false);
   const int64_t heads = 16, kv_heads = 2, hd = 128, cap = 5120, kvd = kv_heads * hd, S = 3;
@@ -167,7 +168,7 @@ std::string check_decode(bool window_sinks) {
   const auto sinks = randv(heads, 14, 2.f);
   DeviceBuffer dk = up(to_bf16(kc)), dv = up(to_bf16(vc)), dq = up(q), ds = up(sinks),
                dout(q.size() * sizeof(float));
-  const int64_t max_splits = 4;  // chunks grow past 4 * 512 keys
+  const int64_t max_splits = 4;  // chunks grow past 4 * k_attention_split_keys keys
   DeviceBuffer part(cuda::attention_split_floats(S, heads, hd, max_splits) * sizeof(float));
   DeviceBuffer counters = up(std::vector<uint32_t>(S * heads, 0));
   const std::vector<int32_t> seq = {2, 0, 1};

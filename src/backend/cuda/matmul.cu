@@ -1,11 +1,18 @@
 // matmul: y = x W^T (+ bias) with f32 / f16 / bf16 weights and fp32 compute on every path.
 // Small n (decode): a warp per output row reading 16-byte weight vectors, NT tokens per warp
-// so each weight is read once; up to k_gemv_multi matrices per launch, optional accumulate. Larger n: cuBLAS (see Blas in cuda_ops.h for the bf16 split).
-// Block-quantized weights go to quant_gemv.cu / quant_gemm.cu.
+// so each weight is read once; up to k_gemv_multi matrices per launch, optional accumulate; the
+// grid is at most one resident wave, each block streaming its row groups. Larger n: cuBLAS (see
+// Blas in cuda_ops.h for the bf16 split). Block-quantized weights go to quant_gemv.cu /
+// quant_gemm.cu.
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <tuple>
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cublas_check.cuh"
@@ -45,20 +52,36 @@ struct GemvParams {
 // Largest shared-memory staging of normalised x (NT rows of cols floats).
 constexpr int64_t k_gemv_norm_smem = 48 * 1024;
 
+// Row groups (k_gemv_rows rows of one matrix) in a block: group g of matrix m (block0[m] <=
+// g < block0[m + 1]) and this warp's row in it.
+struct GemvRow {
+  int m;
+  int64_t row;
+};
+__device__ __forceinline__ GemvRow gemv_row(const GemvParams& p, int64_t g) {
+  int m = 0;
+  while (m + 1 < p.count && g >= p.block0[m + 1]) ++m;
+  return {m, (g - p.block0[m]) * int64_t{k_gemv_rows} + threadIdx.y};
+}
+
 // ROUTE: p.route_counter is set (a separate instantiation: the tail costs registers).
+// The grid is at most one resident wave (launch_gemv): block b takes row groups b, b + grid,
+// ... and, in the VEC layout, loads the next group's first weight batch before it uses the
+// current one, so a matrix with more groups than fit on the GPU streams without a second wave
+// (which would wait behind the first and behind the next kernel's early-launched blocks).
 template <typename W, bool VEC, int NT, bool ROUTE>
 __global__ void __launch_bounds__(32 * k_gemv_rows)
     gemv_kernel(const __grid_constant__ GemvParams p) {
   extern __shared__ float4 xs_raw[];
-  int m = 0;
-  while (m + 1 < p.count && blockIdx.x >= p.block0[m + 1]) ++m;
-  const int64_t rows = p.rows[m];
-  const int64_t row = (blockIdx.x - p.block0[m]) * int64_t{k_gemv_rows} + threadIdx.y;
-  const W* wrow = static_cast<const W*>(p.w[m]) + row * p.cols;
-  // The row's first weight vectors (immutable) are in flight before the previous kernel ends.
+  const int64_t groups = p.block0[p.count];
+  int64_t g = blockIdx.x;
+  GemvRow at = gemv_row(p, g);
+  // The first group's weight vectors (immutable) are in flight before the previous kernel ends.
   uint4 pre[k_dot_batch];
   if constexpr (VEC)
-    if (row < rows) dot_load(wrow, p.cols, int64_t{threadIdx.x} * k_vec<W>, pre);
+    if (at.row < p.rows[at.m])
+      dot_load(static_cast<const W*>(p.w[at.m]) + at.row * p.cols, p.cols,
+               int64_t{threadIdx.x} * k_vec<W>, pre);
   pdl_wait();
   pdl_trigger();
   const float* x = p.x;
@@ -102,22 +125,37 @@ __global__ void __launch_bounds__(32 * k_gemv_rows)
     __syncthreads();
     x = xs;
   }
-  if (row < rows) {
-    float acc[NT] = {};
+  for (; g < groups; g += gridDim.x) {
+    const int64_t rows = p.rows[at.m];
+    const GemvRow next = gemv_row(p, g + gridDim.x);
+    uint4 nxt[k_dot_batch];
     if constexpr (VEC)
-      warp_dot_partial_pre<W, NT>(x, p.cols, wrow, p.cols, pre, acc);
-    else
-      warp_dot_partial<W, VEC, NT>(x, p.cols, wrow, p.cols, acc);
-    const float b = p.bias[m] ? p.bias[m][row] : 0.f;
+      if (g + gridDim.x < groups && next.row < p.rows[next.m])
+        dot_load(static_cast<const W*>(p.w[next.m]) + next.row * p.cols, p.cols,
+                 int64_t{threadIdx.x} * k_vec<W>, nxt);
+    if (at.row < rows) {
+      const W* wrow = static_cast<const W*>(p.w[at.m]) + at.row * p.cols;
+      float acc[NT] = {};
+      if constexpr (VEC)
+        warp_dot_partial_pre<W, NT>(x, p.cols, wrow, p.cols, pre, acc);
+      else
+        warp_dot_partial<W, VEC, NT>(x, p.cols, wrow, p.cols, acc);
+      const float* bias = p.bias[at.m];
+      const float b = bias ? bias[at.row] : 0.f;
 #pragma unroll
-    for (int t = 0; t < NT; ++t) {
-      const float s = warp_sum(acc[t]);
-      if (threadIdx.x == 0) {
-        float* y = p.y[m] + t * rows + row;
-        const float v = p.bias[m] ? s + b : s;
-        *y = p.accumulate[m] ? *y + v : v;
+      for (int t = 0; t < NT; ++t) {
+        const float s = warp_sum(acc[t]);
+        if (threadIdx.x == 0) {
+          float* y = p.y[at.m] + t * rows + at.row;
+          const float v = bias ? s + b : s;
+          *y = p.accumulate[at.m] ? *y + v : v;
+        }
       }
     }
+    if constexpr (VEC)
+#pragma unroll
+      for (int b = 0; b < k_dot_batch; ++b) pre[b] = nxt[b];
+    at = next;
   }
   if constexpr (ROUTE) {  // the last block to finish routes every token (threadFenceReduction)
     __shared__ bool last;
@@ -129,7 +167,7 @@ __global__ void __launch_bounds__(32 * k_gemv_rows)
     if (!last) return;
     __threadfence();
     for (int t = threadIdx.y; t < NT; t += k_gemv_rows)
-      route_token(p.y[0] + t * rows, static_cast<int>(rows), p.route_k, p.route_renorm,
+      route_token(p.y[0] + t * p.rows[0], static_cast<int>(p.rows[0]), p.route_k, p.route_renorm,
                   p.route_ids + t * p.route_k, p.route_w + t * p.route_k, p.route_local.begin,
                   p.route_local.count);
     if (threadIdx.x == 0 && threadIdx.y == 0) *p.route_counter = 0;  // ready for the next call
@@ -160,23 +198,56 @@ unsigned grid_for(int64_t count) {
 }
 
 // ---- launchers
+// FT_GEMV_WAVE=0: a block per row group, in as many waves as that takes (A/B runs).
+bool one_wave() {
+  static const bool on = [] {
+    const char* v = std::getenv("FT_GEMV_WAVE");
+    return !v || std::strcmp(v, "0") != 0;
+  }();
+  return on;
+}
+
+// Blocks of kernel K (k_gemv_rows warps, smem bytes) resident on the whole device at once,
+// remembered per (device, kernel, smem) (host queries; the same answer every launch).
+template <class K>
+int64_t resident_blocks(K kernel, size_t smem) {
+  static std::mutex m;
+  static std::map<std::tuple<int, const void*, size_t>, int64_t> known;
+  int dev = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  const auto key = std::make_tuple(dev, reinterpret_cast<const void*>(kernel), smem);
+  std::lock_guard<std::mutex> lock(m);
+  if (auto it = known.find(key); it != known.end()) return it->second;
+  int sms = 0, per_sm = 0;
+  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  CUDA_CHECK(
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 32 * k_gemv_rows, smem));
+  return known[key] = int64_t{sms} * std::max(per_sm, 1);
+}
+
+template <typename W, bool VEC, int NT, bool ROUTE>
+void launch_gemv_nt(const GemvParams& p, size_t smem) {
+  auto* kernel = gemv_kernel<W, VEC, NT, ROUTE>;
+  int64_t grid = p.block0[p.count];
+  if (one_wave()) grid = std::min(grid, resident_blocks(kernel, smem));
+  launch_kernel(kernel, dim3(static_cast<unsigned>(grid)), dim3(32, k_gemv_rows), smem, p);
+}
+
 template <typename W, bool VEC, bool ROUTE>
 void launch_gemv(const GemvParams& p, int64_t nt) {
-  const dim3 block(32, k_gemv_rows);
-  const auto grid = static_cast<unsigned>(p.block0[p.count]);
   const size_t smem = p.norm || p.stage ? nt * p.cols * sizeof(float) : 0;
   switch (nt) {
     case 1:
-      launch_kernel(gemv_kernel<W, VEC, 1, ROUTE>, grid, block, smem, p);
+      launch_gemv_nt<W, VEC, 1, ROUTE>(p, smem);
       break;
     case 2:
-      launch_kernel(gemv_kernel<W, VEC, 2, ROUTE>, grid, block, smem, p);
+      launch_gemv_nt<W, VEC, 2, ROUTE>(p, smem);
       break;
     case 3:
-      launch_kernel(gemv_kernel<W, VEC, 3, ROUTE>, grid, block, smem, p);
+      launch_gemv_nt<W, VEC, 3, ROUTE>(p, smem);
       break;
     default:
-      launch_kernel(gemv_kernel<W, VEC, 4, ROUTE>, grid, block, smem, p);
+      launch_gemv_nt<W, VEC, 4, ROUTE>(p, smem);
       break;
   }
   CUDA_CHECK_LAUNCH();
@@ -269,8 +340,8 @@ void gemv_multi(const float* x, int64_t n, const GemvOut* outs, int count, const
     }
     quant_gemv_multi(x, n, outs, count);
     if (route)
-      route_topk_softmax(outs[0].y, n, outs[0].w.rows, route->top_k, route->renormalize,
-                         route->ids, route->weights, route->local);
+      route_topk_softmax(outs[0].y, n, outs[0].w.rows, route->top_k, route->renormalize, route->ids,
+                         route->weights, route->local);
     return;
   }
   if (norm && n * cols * static_cast<int64_t>(sizeof(float)) > k_gemv_norm_smem) {

@@ -39,6 +39,11 @@ __device__ __forceinline__ void route_token_per(const float* l, int n_experts, i
 #pragma unroll
   for (int j = 0; j < k_max_per_lane; ++j)
     if (p[j] >= 0.f) p[j] /= sum;  // a division, as the CPU does: same ranking of near-ties
+  // Round k's winner is known to every lane (xor butterfly); lane k keeps it, and the
+  // renormalising sum runs in top-k order in every lane, as the CPU adds. One store per lane at
+  // the end: no global write is read back.
+  int32_t my_id = -1;
+  float my_w = 0.f, s = 0.f;
   for (int k = 0; k < top_k; ++k) {
     // This lane's best (first index wins ties: j ascending means e ascending).
     float bv = -1.f;
@@ -57,21 +62,18 @@ __device__ __forceinline__ void route_token_per(const float* l, int n_experts, i
       for (int j = 0; j < k_max_per_lane; ++j)
         if (j == (bi >> 5)) p[j] = -1.f;
     }
-    if (lane == 0) {
-      ids[k] = bi;
-      weights[k] = bv;
-    }
+    if (lane == k) my_id = bi, my_w = bv;
+    s += bv;
   }
-  if (renormalize && lane == 0) {  // same order as the CPU: s = sum in top-k order
-    float s = 0.f;
-    for (int k = 0; k < top_k; ++k) s += weights[k];
-    for (int k = 0; k < top_k; ++k) weights[k] /= s;
-  }
-  if (local_n > 0 && lane == 0)
-    for (int k = 0; k < top_k; ++k) {
-      const int e = ids[k] - local0;
-      ids[k] = e >= 0 && e < local_n ? e : -1;
+  if (lane < top_k) {
+    if (renormalize) my_w /= s;
+    if (local_n > 0) {
+      const int e = my_id - local0;
+      my_id = e >= 0 && e < local_n ? e : -1;
     }
+    ids[lane] = my_id;
+    weights[lane] = my_w;
+  }
 }
 
 // route_token_per with the fewest slots per lane that hold n_experts (a uniform branch).
