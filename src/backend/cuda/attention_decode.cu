@@ -18,6 +18,8 @@ namespace ft::cuda {
 
 namespace {
 constexpr int k_warps = 16;
+// The split merge keeps one chunk per lane.
+static_assert(k_attention_max_splits <= 32);
 // Keys a warp scores per iteration, by head dims per lane (registers of a 512-thread block).
 template <int DPL>
 constexpr int k_keys = DPL <= 4 ? 8 : 4;
@@ -165,20 +167,25 @@ __global__ void __launch_bounds__(32 * k_warps)
     if (prev + 1 != static_cast<uint32_t>(used)) return;
     __threadfence();  // the other blocks' partials are visible (read past L1 below)
     if (lane == 0) a.split.counters[pair] = 0;  // ready for the next launch
+    // Lane c holds chunk c's (max, sum) (used <= max_splits <= 32), so the merge is two rounds
+    // of loads, not two per chunk in series.
     const float* base = a.split.partial + pair * a.split.max_splits * (hd + 2);
-    mx = -INFINITY;
-    for (int64_t c = 0; c < used; ++c) mx = fmaxf(mx, __ldcg(base + c * (hd + 2)));
-    sum = 0.f;
+    float mc = -INFINITY, lc = 0.f;
+    if (lane < used) mc = __ldcg(base + lane * (hd + 2)), lc = __ldcg(base + lane * (hd + 2) + 1);
+    mx = mc;
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+    const float fc = mc == -INFINITY ? 0.f : expf(mc - mx);  // a chunk that saw no key
+    sum = warp_sum(lc * fc);
 #pragma unroll
     for (int j = 0; j < DPL; ++j) o[j] = 0.f;
+#pragma unroll 4
     for (int64_t c = 0; c < used; ++c) {
-      const float* pc = base + c * (hd + 2);
-      const float mc = __ldcg(pc);
-      const float fc = mc == -INFINITY ? 0.f : expf(mc - mx);
-      sum += __ldcg(pc + 1) * fc;
+      const float f = __shfl_sync(0xffffffffu, fc, static_cast<int>(c));
+      const float* pc = base + c * (hd + 2) + 2;
 #pragma unroll
       for (int j = 0; j < DPL; ++j)
-        if (lane + 32 * j < hd) o[j] += __ldcg(pc + 2 + lane + 32 * j) * fc;
+        if (lane + 32 * j < hd) o[j] += __ldcg(pc + lane + 32 * j) * f;
     }
   }
   if (a.sinks) sum += expf(a.sinks[h] - mx);
@@ -223,8 +230,10 @@ void attention_decode(const AttentionArgs& a) {
                (a.kv_dtype == DType::F32 || a.kv_dtype == DType::BF16),
            "attention_decode: bad shape (heads {}, kv heads {}, head_dim {})", a.n_heads,
            a.n_kv_heads, a.head_dim);
-  FT_CHECK(a.split.max_splits == 0 || (a.split.partial && a.split.counters),
-           "attention_decode: a split needs its workspace");
+  FT_CHECK(a.split.max_splits == 0 || (a.split.partial && a.split.counters &&
+                                        a.split.max_splits <= k_attention_max_splits),
+           "attention_decode: a split needs its workspace and at most {} chunks",
+           k_attention_max_splits);
   if (a.n_tokens == 0) return;
   if (a.kv_dtype == DType::BF16)
     launch_t<__nv_bfloat16>(a);
