@@ -3,11 +3,12 @@
 // a contiguous run of rows (an even split over every warp that fits on the GPU at once, so
 // there is no second wave) and streams them in 2 or 4 KiB chunks through a k_stages-deep
 // cp.async ring in shared memory (no register staging; the chunks of the next rows load while
-// this one's math runs; rows that fit a chunk go several to a chunk). Every lane takes whole
-// 32-element units (quant_dot32.cuh: a 32-element block, a 256-element block's sub-block, two
-// NVFP4 blocks), lane l the chunk's units l, l + 32, ...; the activations are quantized per
-// block into shared memory once (int8 codes in the format's order, scales per 16 elements, or
-// per 32 for the nibble-codebook formats, XUnit).
+// this one's math runs; rows of 1/16 to 1/2 of a chunk go several to a chunk, summed per row
+// over the lanes that hold its units). Every lane takes whole 32-element units (quant_dot32.cuh:
+// a 32-element block, a 256-element block's sub-block, two NVFP4 blocks), lane l the chunk's
+// units l, l + 32, ...; the activations are quantized per block into shared memory once (int8
+// codes in the format's order, scales per 16 elements, or per 32 for the nibble-codebook
+// formats, XUnit).
 #include <algorithm>
 #include <atomic>
 
@@ -98,30 +99,45 @@ __device__ __forceinline__ void quantize_acts32(const float* __restrict__ x,
 
 // This lane's units of one chunk (nu units, all of them when FULL) at block alignment A: v[i]
 // gets the dot of unit lane + 32 i (0 past nu). Its activations: unit xu0 + lane + 32 i of the
-// row (xu0 a multiple of 32), or with W > 0 (a chunk of whole rows of 32 W units each) unit
-// 32 (i % W) + lane.
-template <class F, int A, bool FULL>
-__device__ __forceinline__ void chunk_units(const uint8_t* buf, int nu, int64_t xu0, int W,
+// row (xu0 a multiple of 32), or in a chunk of whole rows (ROWS) unit jrow[i] (the unit's index
+// in its row).
+template <class F, int A, bool FULL, bool ROWS>
+__device__ __forceinline__ void chunk_units(const uint8_t* buf, int nu, int64_t xu0,
+                                            const int (&jrow)[SGeometry<F>::kUPL],
                                             const uint8_t* xsm, const float4* xscales, int lane,
                                             float (&v)[SGeometry<F>::kUPL]) {
   using Gm = SGeometry<F>;
-  int run = 0;  // with W: i % W
 #pragma unroll
   for (int i = 0; i < Gm::kUPL; ++i) {
     v[i] = 0.f;
     const int u = lane + 32 * i;
-    const int64_t xi = W > 0 ? run : xu0 / 32 + i;  // the activations' run of 32 units
-    if (W > 0) run = run + 1 == W ? 0 : run + 1;
     if (!FULL && u >= nu) continue;
-    const uint4* pc = reinterpret_cast<const uint4*>(xsm) + 64 * xi + lane;
+    const int64_t j = ROWS ? jrow[i] : xu0 + u;  // the activations' unit
+    const uint4* pc = reinterpret_cast<const uint4*>(xsm) + 64 * (j >> 5) + (j & 31);
     XUnit x;
     const uint4 a = pc[0], b = pc[32];
     x.q[0] = a.x, x.q[1] = a.y, x.q[2] = a.z, x.q[3] = a.w;
     x.q[4] = b.x, x.q[5] = b.y, x.q[6] = b.z, x.q[7] = b.w;
-    const float4 sc = xscales[32 * xi + lane];
+    const float4 sc = xscales[j];
     x.dx0 = sc.x, x.dx1 = sc.y, x.s0 = sc.z, x.s1 = sc.w;
     const uint8_t* blk = buf + (u / Gm::kUPB) * Gm::kBPU * Gm::kBB;
     v[i] = dot32<F, A>(blk, u % Gm::kUPB, x);
+  }
+}
+
+// chunk_units at the chunk's alignment (al: kAl-aligned) and fullness.
+template <class F, bool ROWS>
+__device__ __forceinline__ void chunk_units_at(bool al, const uint8_t* buf, int nu, int64_t xu0,
+                                               const int (&jrow)[SGeometry<F>::kUPL],
+                                               const uint8_t* xsm, const float4* xscales,
+                                               int lane, float (&v)[SGeometry<F>::kUPL]) {
+  constexpr int kAl = block_align<F>(), full = 32 * SGeometry<F>::kUPL;
+  if (nu == full) {
+    if (al) chunk_units<F, kAl, true, ROWS>(buf, nu, xu0, jrow, xsm, xscales, lane, v);
+    else chunk_units<F, 1, true, ROWS>(buf, nu, xu0, jrow, xsm, xscales, lane, v);
+  } else {  // a row's last, partial chunk, or fewer rows than a chunk holds
+    if (al) chunk_units<F, kAl, false, ROWS>(buf, nu, xu0, jrow, xsm, xscales, lane, v);
+    else chunk_units<F, 1, false, ROWS>(buf, nu, xu0, jrow, xsm, xscales, lane, v);
   }
 }
 
@@ -137,11 +153,19 @@ __global__ void __launch_bounds__(k_threads, 3) qgemv_stream_kernel(const __grid
   const int64_t cols = p.cols;
   const int nb = static_cast<int>(cols / F::kElems);
   const int nchunk = (nb + CB - 1) / CB;
-  // Rows of at most one chunk whose units fill whole 32s: chunks of whole rows (W 32-unit runs
-  // each, rpc rows), so short rows do not leave lanes idle.
+  // Rows of at most half a chunk (and at least 1/16): chunks of rpc whole rows, contiguous in
+  // memory, so short rows (an expert's down projection: 24 units) do not leave lanes idle.
+  // Lane unit lane + 32 i then belongs to row rowi[i] of the chunk, as its unit jrow[i].
   const int units = nb * Gm::kUPB / Gm::kBPU;
-  const int W = units % 32 == 0 && 2 * units <= 32 * UPL ? units / 32 : 0;
-  const int rpc = W > 0 ? UPL / W : 1;  // >= 2 with W
+  const bool rows_mode = 2 * units <= 32 * UPL && 32 * UPL <= 16 * units;
+  const int rpc = rows_mode ? 32 * UPL / units : 1;
+  int rowi[UPL], jrow[UPL];
+#pragma unroll
+  for (int i = 0; i < UPL; ++i) {
+    const int u = lane + 32 * i;
+    rowi[i] = rows_mode ? u / units : 0;
+    jrow[i] = rows_mode ? u - rowi[i] * units : 0;
+  }
   const int64_t total = p.rows0[p.count];
   const int64_t r0 = (int64_t{blockIdx.x} * k_warps + warp) * p.rows_per_warp;
   const int64_t r1 = r0 + p.rows_per_warp < total ? r0 + p.rows_per_warp : total;
@@ -157,7 +181,7 @@ __global__ void __launch_bounds__(k_threads, 3) qgemv_stream_kernel(const __grid
   };
   // The chunk at k: its rows (within the warp's range and the matrix), first block and blocks.
   auto span = [&](const Cur& k, int& nrows, int& b0, int& nbc) {
-    if (rpc > 1) {
+    if (rows_mode) {
       const int64_t lim = r1 < p.rows0[k.m + 1] ? r1 : p.rows0[k.m + 1];
       nrows = static_cast<int>(lim - k.r < rpc ? lim - k.r : rpc);
       b0 = 0, nbc = nrows * nb;
@@ -166,7 +190,7 @@ __global__ void __launch_bounds__(k_threads, 3) qgemv_stream_kernel(const __grid
     }
   };
   auto advance = [&](Cur& k, int nrows) {
-    if (rpc > 1) {
+    if (rows_mode) {
       k.r += nrows;
     } else if (++k.c == nchunk) {
       k.c = 0, ++k.r;
@@ -260,22 +284,17 @@ __global__ void __launch_bounds__(k_threads, 3) qgemv_stream_kernel(const __grid
     // Every block of the chunk shares buf's alignment modulo kAl (uniform over the warp).
     const bool al = kAl > 1 && (reinterpret_cast<uintptr_t>(buf) & (kAl - 1)) == 0;
     float v[UPL];
-    if (nu == 32 * UPL) {
-      if (al) chunk_units<F, kAl, true>(buf, nu, xu0, W, xsm, xscales, lane, v);
-      else chunk_units<F, 1, true>(buf, nu, xu0, W, xsm, xscales, lane, v);
-    } else {  // a row's last, partial chunk, or fewer rows than a chunk holds
-      if (al) chunk_units<F, kAl, false>(buf, nu, xu0, W, xsm, xscales, lane, v);
-      else chunk_units<F, 1, false>(buf, nu, xu0, W, xsm, xscales, lane, v);
-    }
+    if (rows_mode)
+      chunk_units_at<F, true>(al, buf, nu, xu0, jrow, xsm, xscales, lane, v);
+    else
+      chunk_units_at<F, false>(al, buf, nu, xu0, jrow, xsm, xscales, lane, v);
     __syncwarp();
-    if (rpc > 1) {  // whole rows: iterations [W rr, W rr + W) are row rr's
-#pragma unroll
-      for (int rr = 0; rr < UPL; ++rr) {
-        if (rr >= nrows) break;
+    if (rows_mode) {  // whole rows: a warp sum per row over the lanes' units in it
+      for (int rr = 0; rr < nrows; ++rr) {
         float t = 0.f;
 #pragma unroll
         for (int i = 0; i < UPL; ++i)
-          if (i >= rr * W && i < rr * W + W) t += v[i];
+          if (rowi[i] == rr) t += v[i];
         store(cp.m, cp.r + rr, warp_sum(t));
       }
     } else {
