@@ -36,6 +36,14 @@ struct TpTransformer::Rank {
   cuda::DeviceBuffer msg_dev;
   std::vector<int32_t> msg;
   std::vector<CudaSeqStep> steps;
+  // Vocab split, ranks > 0: where their logits go (discarded). Each rank must run the lm_head
+  // wherever rank 0 does, since the lm_head ends in an all-gather; a prefill pass runs it only
+  // for the steps that want logits, so these ranks get real destinations, not nullptr.
+  std::vector<float> sink;
+  float* sink_for(int64_t floats) {
+    if (static_cast<int64_t>(sink.size()) < floats) sink.resize(floats);
+    return sink.data();
+  }
 };
 
 TpTransformer::TpTransformer(const Model& model, const TpOptions& o, int64_t capacity,
@@ -48,6 +56,9 @@ TpTransformer::TpTransformer(const Model& model, const TpOptions& o, int64_t cap
       max_chunk_(max_chunk),
       max_seqs_(max_seqs) {
   if (o.vocab_split && o.world > 1) split_vocab(plan_, model.config().vocab_size);
+  // The step message does not say which steps want logits, which other nodes' ranks would
+  // need to run the vocab-split lm_head where node 0's do.
+  if (o.vocab_split && o.nnodes > 1) fail("a vocab-split lm_head runs on one node only");
   if (o.nnodes < 1 || o.world % o.nnodes != 0)
     fail("--tensor-parallel {} does not split over {} nodes", o.world, o.nnodes);
   if (o.node_rank < 0 || o.node_rank >= o.nnodes)
@@ -198,6 +209,7 @@ void TpTransformer::validate(std::span<const CudaSeqStep> steps) const {
 // One pass. logits_all (with one step): [n, vocab] of every token, as CudaTransformer::forward.
 void TpTransformer::step(std::span<const CudaSeqStep> steps, float* logits_all, bool quit) {
   const bool several = opt_.nnodes > 1;
+  const int64_t V = model_.config().vocab_size;
   const int32_t kind = quit ? MSG_QUIT : logits_all ? MSG_FORWARD : MSG_BATCH;
   run_all([&](Rank& r) {
     const bool root = r.global == 0;
@@ -228,11 +240,13 @@ void TpTransformer::step(std::span<const CudaSeqStep> steps, float* logits_all, 
     } else {
       r.steps.assign(steps.begin(), steps.end());
       if (!root)
-        for (CudaSeqStep& s : r.steps) s.logits = nullptr;
+        for (CudaSeqStep& s : r.steps)
+          s.logits = s.logits && opt_.vocab_split ? r.sink_for(V) : nullptr;
     }
     if (several ? msg[0] == MSG_FORWARD : kind == MSG_FORWARD) {  // every token's logits
       const CudaSeqStep& s = r.steps[0];
-      r.tf->forward(s.ids, s.n, s.pos0, root ? logits_all : nullptr, root);
+      float* out = root ? logits_all : opt_.vocab_split ? r.sink_for(s.n * V) : nullptr;
+      r.tf->forward(s.ids, s.n, s.pos0, out, root || opt_.vocab_split);
     } else {
       r.tf->forward_batch(r.steps);
     }
