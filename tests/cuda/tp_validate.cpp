@@ -18,6 +18,7 @@
 #include <cstring>
 #include <exception>
 #include <functional>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -191,26 +192,40 @@ std::string cpu_share(const TpTransformer& tp, bool whole) {
   return "";
 }
 
+// The TP=1 reference of check `name` on m: its prompt (prompt_len ids) and trace (then `steps`
+// greedy ids); nullopt when the check is not selected or the plan refuses m at this world with
+// ctx's expert layout (a SKIP line says why).
+struct Reference {
+  std::vector<int32_t> prompt;
+  Trace trace;
+};
+std::optional<Reference> reference(Ctx& ctx, const Model& m, const std::string& name,
+                                   int64_t prompt_len, int64_t steps) {
+  if (!selected(ctx, name)) return std::nullopt;
+  const int64_t V = m.config().vocab_size;
+  try {
+    plan_tensor_parallel(m, ctx.tp.world,
+                         choose_tp_experts(ctx.tp.experts, m.config(), ctx.tp.world, false));
+  } catch (const Error& e) {
+    std::printf("SKIP %-44s %s\n", name.c_str(), e.what());
+    return std::nullopt;
+  }
+  Reference r{.prompt = prompt_ids(prompt_len, V, 7)};
+  CudaTransformer one(m, prompt_len + steps + 8, 64);
+  r.trace = run_trace([&](auto... a) { one.forward(a...); }, r.prompt, steps, V);
+  return r;
+}
+
 // TP=N HYBRID (one layer of slots per GPU) vs TP=1 resident: greedy decode (teacher-forced
 // where the model has near-ties), then two sequences in one forward_batch.
 void check_hybrid(Ctx& ctx, const Model& m, const std::string& name, int64_t prompt_len,
                   int64_t steps, bool exact) {
-  if (!selected(ctx, name)) return;
-  const ModelConfig& c = m.config();
-  const int64_t V = c.vocab_size, cap = prompt_len + steps + 8;
+  const auto r = reference(ctx, m, name, prompt_len, steps);
+  if (!r) return;
+  const int64_t V = m.config().vocab_size, cap = prompt_len + steps + 8;
   const bool whole = ctx.tp.experts == TpExperts::WHOLE;
-  try {
-    plan_tensor_parallel(m, ctx.tp.world, whole ? TpExperts::WHOLE : TpExperts::SLICE);
-  } catch (const Error& e) {
-    std::printf("SKIP %-44s %s\n", name.c_str(), e.what());
-    return;
-  }
-  const auto prompt = prompt_ids(prompt_len, V, 7);
-  Trace ref;
-  {
-    CudaTransformer one(m, cap, 64);
-    ref = run_trace([&](auto... a) { one.forward(a...); }, prompt, steps, V);
-  }
+  const auto& prompt = r->prompt;
+  const Trace& ref = r->trace;
   report(ctx, fmt::format("{} tp{} 1 layer of slots", name, ctx.tp.world), [&] {
     TpTransformer tp(m, ctx.tp, cap, 64, 1, hybrid_setup(1, ctx.tp.world));
     const Trace got = run_trace([&](auto... a) { tp.forward(a...); }, prompt, steps, V,
@@ -286,21 +301,11 @@ void check_hybrids(Ctx& ctx, const std::string& fixtures, const Model& syn, cons
 // TP=1 vs TP=N on one model: resident (graphs, eager), offloaded, and a batch of two sequences.
 void check_model(Ctx& ctx, const Model& m, const std::string& name, int64_t prompt_len,
                  int64_t steps, bool exact) {
-  if (!selected(ctx, name)) return;
-  const ModelConfig& c = m.config();
-  const int64_t V = c.vocab_size, cap = prompt_len + steps + 8;
-  try {
-    plan_tensor_parallel(m, ctx.tp.world);
-  } catch (const Error& e) {
-    std::printf("SKIP %-44s %s\n", name.c_str(), e.what());
-    return;
-  }
-  const auto prompt = prompt_ids(prompt_len, V, 7);
-  Trace ref;
-  {
-    CudaTransformer one(m, cap, 64);
-    ref = run_trace([&](auto... a) { one.forward(a...); }, prompt, steps, V);
-  }
+  const auto r = reference(ctx, m, name, prompt_len, steps);
+  if (!r) return;
+  const int64_t V = m.config().vocab_size, cap = prompt_len + steps + 8;
+  const auto& prompt = r->prompt;
+  const Trace& ref = r->trace;
   const std::vector<int32_t>* teach = exact ? nullptr : &ref.greedy;
   for (int mode = 0; mode < 3; ++mode) {
     const char* label[] = {"resident graphs", "resident eager", "offload 1 layer of slots"};
