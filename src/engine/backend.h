@@ -8,6 +8,7 @@
 
 #include "engine/engine.h"
 #include "engine/runner.h"
+#include "experts/bw_profile.h"
 
 namespace ft {
 
@@ -71,5 +72,14 @@ void serve_tp_worker(const Model& model, EngineOptions& opt, const BackendOption
 // runners report through it; defined in engine/cuda_runner.cpp).
 struct CudaRuntimeStats;
 RunnerStats with_runtime(RunnerStats base, const CudaRuntimeStats& r);
+
+// The bandwidth profile's keys and file, for both CUDA runners (engine/cuda_runner.cpp): this
+// GPU's name ("NVIDIA H200"), the routed experts' format ("bf16", "f16", "f32", "other"), and the
+// profile at --profile (else bw_profile_path()): nullopt when there is none, or when the file is
+// broken (logged as a warning).
+class HostExperts;
+std::string gpu_name();
+std::string expert_format(const HostExperts& h);
+std::optional<BwProfile> read_profile_or_warn(const BackendOptions& b);
 
 }  // namespace ft

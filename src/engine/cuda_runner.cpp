@@ -37,20 +37,6 @@ RunnerStats with_runtime(RunnerStats s, const CudaRuntimeStats& r) {
 namespace {
 std::string gib(size_t b) { return fmt::format("{:.2f} GiB", b / double(size_t{1} << 30)); }
 
-// "NVIDIA H200" from "NVIDIA H200, 139.8 GiB, sm_90": the profile's key.
-std::string gpu_name() {
-  const std::string s = cuda::device_summary();
-  return s.substr(0, s.find(','));
-}
-
-std::string expert_format(const HostExperts& h) {
-  switch (h.dtype) {
-    case DType::BF16: return "bf16";
-    case DType::F16: return "f16";
-    case DType::F32: return "f32";
-    default: return "other";
-  }
-}
 
 // CudaTransformer behind the Runner seam, owning the pinned experts it offloads (if any).
 // Runner slots are the transformer's sequences; a new sequence simply starts at position 0.
@@ -214,22 +200,31 @@ size_t state_snapshot_bytes(const ModelConfig& c) {
          sizeof(float);
 }
 
-// The bandwidth profile's entry for this GPU and format; a broken file is a warning here.
-std::optional<BwEntry> profile_entry(const BackendOptions& b, const std::string& gpu,
-                                     const std::string& format) {
+}  // namespace
+
+// "NVIDIA H200" from "NVIDIA H200, 139.8 GiB, sm_90": the profile's key.
+std::string gpu_name() {
+  const std::string s = cuda::device_summary();
+  return s.substr(0, s.find(','));
+}
+
+std::string expert_format(const HostExperts& h) {
+  switch (h.dtype) {
+    case DType::BF16: return "bf16";
+    case DType::F16: return "f16";
+    case DType::F32: return "f32";
+    default: return "other";
+  }
+}
+
+std::optional<BwProfile> read_profile_or_warn(const BackendOptions& b) {
   try {
-    const std::string path = b.profile_path.empty() ? bw_profile_path() : b.profile_path;
-    auto p = read_bw_profile(path);
-    if (!p) return std::nullopt;
-    const BwEntry* e = p->find(gpu, format);
-    if (!e) return std::nullopt;
-    return *e;
+    return read_bw_profile(b.profile_path.empty() ? bw_profile_path() : b.profile_path);
   } catch (const Error& e) {
     FT_LOG_WARN("{}", e.what());
     return std::nullopt;
   }
 }
-}  // namespace
 
 std::unique_ptr<Runner> make_runner(const Model& model, EngineOptions& opt,
                                     const BackendOptions& b) {
@@ -279,17 +274,12 @@ std::unique_ptr<Runner> make_runner(const Model& model, EngineOptions& opt,
   // An explicit backend's plan refuses with the numbers before the device is even needed.
   if (requested == MoeBackend::FUSED) plan_memory(all_req);
   if (requested == MoeBackend::OFFLOAD || requested == MoeBackend::HYBRID) plan_memory(req);
-  const std::string gpu = cuda ? gpu_name() : "";
-  std::optional<BwEntry> entry;
+  std::optional<BwProfile> profile;
   if (cuda && (requested == MoeBackend::AUTO || requested == MoeBackend::HYBRID))
-    entry = profile_entry(b, gpu, expert_format(shape));
-  BackendChoice choice = choose_moe_backend(requested, cuda, fits, entry ? &*entry : nullptr);
-  // HYBRID's CPU share has no expert biases / clamped SwiGLU (gpt-oss): auto offloads instead.
-  const bool oss_experts = mc.moe_bias || mc.expert_act.kind != ExpertActivation::Kind::SILU;
-  if (requested == MoeBackend::AUTO && choice.backend == MoeBackend::HYBRID && oss_experts) {
-    choice.backend = MoeBackend::OFFLOAD;
-    choice.reason += "; offload: hybrid has no gpt-oss experts on the CPU share";
-  }
+    profile = read_profile_or_warn(b);
+  const BwEntry* entry = profile ? profile->find(gpu_name(), expert_format(shape)) : nullptr;
+  const BackendChoice choice =
+      choose_moe_backend(requested, cuda, fits, entry, mc.plain_swiglu_experts());
   const bool fused = choice.backend == MoeBackend::FUSED;
   const MemoryPlan plan = plan_memory(fused ? all_req : req);
   if (budget > free_b)

@@ -42,30 +42,20 @@ TpOptions tp_options(const Model& model, const BackendOptions& b) {
 // figures from the bf16 entry when this format's lacks them); nullopt without one. A broken
 // profile is a warning here.
 std::optional<BwEntry> tp_profile(const BackendOptions& b, const HostExperts& shape) {
-  const char* format = shape.dtype == DType::BF16 ? "bf16"
-                       : shape.dtype == DType::F16 ? "f16"
-                       : shape.dtype == DType::F32 ? "f32"
-                                                   : "other";
-  try {
-    const std::string path = b.profile_path.empty() ? bw_profile_path() : b.profile_path;
-    const auto p = read_bw_profile(path);
-    const std::string s = cuda::device_summary();
-    const std::string gpu = s.substr(0, s.find(','));
-    const BwEntry* e = p ? p->find(gpu, format) : nullptr;
-    const BwEntry* bf16 = p ? p->find(gpu, "bf16") : nullptr;
-    if (!e && !bf16) return std::nullopt;
-    BwEntry out = e ? *e : BwEntry{};
-    if (!e) out.recommended = "offload";  // only the link figures: no A/B for this format
-    if (out.pcie_gpu_concurrent_gbs.empty() && bf16) {
-      out.pcie_gpu_alone_gbs = bf16->pcie_gpu_alone_gbs;
-      out.pcie_gpu_concurrent_gbs = bf16->pcie_gpu_concurrent_gbs;
-      if (out.pcie_linear_gbs <= 0) out.pcie_linear_gbs = bf16->pcie_linear_gbs;
-    }
-    return out;
-  } catch (const Error& e) {
-    FT_LOG_WARN("{}", e.what());
-    return std::nullopt;
+  const std::optional<BwProfile> p = read_profile_or_warn(b);
+  if (!p) return std::nullopt;
+  const std::string gpu = gpu_name();
+  const BwEntry* e = p->find(gpu, expert_format(shape));
+  const BwEntry* bf16 = p->find(gpu, "bf16");
+  if (!e && !bf16) return std::nullopt;
+  BwEntry out = e ? *e : BwEntry{};
+  if (!e) out.recommended = "offload";  // only the link figures: no A/B for this format
+  if (out.pcie_gpu_concurrent_gbs.empty() && bf16) {
+    out.pcie_gpu_alone_gbs = bf16->pcie_gpu_alone_gbs;
+    out.pcie_gpu_concurrent_gbs = bf16->pcie_gpu_concurrent_gbs;
+    if (out.pcie_linear_gbs <= 0) out.pcie_linear_gbs = bf16->pcie_linear_gbs;
   }
+  return out;
 }
 
 // Per rank, on its thread and device: plans this GPU's budget, picks its backend and pins the

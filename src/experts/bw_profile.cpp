@@ -162,7 +162,7 @@ void write_bw_profile(const BwProfile& p, const std::string& path) {
 }
 
 BackendChoice choose_moe_backend(MoeBackend requested, bool cuda, bool experts_fit,
-                                 const BwEntry* profile) {
+                                 const BwEntry* profile, bool cpu_share_ok) {
   BackendChoice c{requested, "requested"};
   if (profile) {
     const bool ov = profile->pcie_overlap_gbs > 0 && profile->cpu_overlap_gbs > 0;
@@ -183,9 +183,10 @@ BackendChoice choose_moe_backend(MoeBackend requested, bool cuda, bool experts_f
     return c;
   }
   if (recommend_backend(*profile) == "hybrid") {
-    c.backend = MoeBackend::HYBRID;
+    c.backend = cpu_share_ok ? MoeBackend::HYBRID : MoeBackend::OFFLOAD;
     c.reason = fmt::format("auto: the profile measured hybrid {:.2f} tok/s vs offload {:.2f}",
                            profile->hybrid_tokens_per_s, profile->offload_tokens_per_s);
+    if (!cpu_share_ok) c.reason += "; offload: hybrid has no gpt-oss experts on the CPU share";
   } else {
     c.backend = MoeBackend::OFFLOAD;
     c.reason = profile->hybrid_tokens_per_s > 0

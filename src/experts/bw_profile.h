@@ -76,7 +76,9 @@ struct BackendChoice {
   // the standalone pair; 0 when there is no profile (the runner then uses its default).
   double pcie_Bps = 0, cpu_Bps = 0;
 };
+// cpu_share_ok: HYBRID's CPU share computes the model's experts (ModelConfig::
+// plain_swiglu_experts); when not, auto takes offload where the profile would pick hybrid.
 BackendChoice choose_moe_backend(MoeBackend requested, bool cuda, bool experts_fit,
-                                 const BwEntry* profile);
+                                 const BwEntry* profile, bool cpu_share_ok = true);
 
 }  // namespace ft

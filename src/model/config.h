@@ -89,6 +89,11 @@ struct ModelConfig {
   int64_t q_dim() const { return n_heads * head_dim; }
   int64_t kv_dim() const { return n_kv_heads * head_dim; }
   int64_t routed_experts() const { return router_experts > 0 ? router_experts : n_experts; }
+  // Routed experts are a plain SwiGLU without biases, all that HYBRID's CPU share computes
+  // (gpt-oss's expert biases and clamped SwiGLU are not).
+  bool plain_swiglu_experts() const {
+    return !moe_bias && expert_act.kind == ExpertActivation::Kind::SILU;
+  }
   bool is_delta(int64_t layer) const {
     return !layer_mixer.empty() && layer_mixer[layer] == Mixer::DELTA_NET;
   }

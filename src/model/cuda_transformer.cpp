@@ -159,8 +159,7 @@ CudaTransformer::CudaTransformer(const Model& model, int64_t capacity, int64_t m
   if (cuda::device_count() == 0) fail("no CUDA device: run on the CPU backend instead");
   const auto& w = model.weights();
   const HostExperts* host = offload.experts;
-  if ((c_.moe_bias || c_.expert_act.kind != ExpertActivation::Kind::SILU) && host &&
-      offload.mode == MoeMode::HYBRID)
+  if (!c_.plain_swiglu_experts() && host && offload.mode == MoeMode::HYBRID)
     fail("{}: HYBRID offload does not run expert biases or the clamped SwiGLU on its CPU share "
          "(gpt-oss); use --moe-backend offload", c_.model_type);
   if (host) {

@@ -10,19 +10,12 @@
 
 namespace ft {
 
-namespace {
-// Expert biases or the clamped SwiGLU: HYBRID's CPU share does not compute them.
-bool oss_experts(const ModelConfig& c) {
-  return c.moe_bias || c.expert_act.kind != ExpertActivation::Kind::SILU;
-}
-}  // namespace
-
 void check_tp_moe_backend(MoeBackend requested, const ModelConfig& c) {
   if (requested == MoeBackend::CPU)
     fail("--moe-backend cpu runs the whole model on the CPU and does not combine with "
          "--tensor-parallel; use --moe-backend auto, fused, offload or hybrid, or drop "
          "--tensor-parallel");
-  if (requested == MoeBackend::HYBRID && oss_experts(c))
+  if (requested == MoeBackend::HYBRID && !c.plain_swiglu_experts())
     fail("{}: --moe-backend hybrid does not run expert biases or the clamped SwiGLU on its CPU "
          "share (gpt-oss); use --moe-backend offload",
          c.model_type);
@@ -37,12 +30,7 @@ void check_tp_moe_backend(MoeBackend requested, const ModelConfig& c) {
 BackendChoice choose_tp_moe_backend(MoeBackend requested, const ModelConfig& c, bool experts_fit,
                                     const BwEntry* profile) {
   check_tp_moe_backend(requested, c);
-  BackendChoice choice = choose_moe_backend(requested, true, experts_fit, profile);
-  if (choice.backend == MoeBackend::HYBRID && oss_experts(c)) {  // auto only (checked above)
-    choice.backend = MoeBackend::OFFLOAD;
-    choice.reason += "; offload: hybrid has no gpt-oss experts on the CPU share";
-  }
-  return choice;
+  return choose_moe_backend(requested, true, experts_fit, profile, c.plain_swiglu_experts());
 }
 
 TpHybridSplit tp_hybrid_split(double pcie_Bps, double cpu_Bps, const BwEntry* profile,

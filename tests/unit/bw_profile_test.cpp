@@ -178,6 +178,14 @@ TEST(MoeBackendChoice, AutoDecision) {
   auto none = choose_moe_backend(MoeBackend::AUTO, true, false, nullptr);
   EXPECT_EQ(none.backend, MoeBackend::OFFLOAD);
   EXPECT_NE(none.reason.find("ft bench bw"), std::string::npos);
+  // Experts HYBRID's CPU share cannot compute (gpt-oss): offload where hybrid would win; an
+  // explicit hybrid is kept (the transformer refuses it with the reason).
+  auto oss = choose_moe_backend(MoeBackend::AUTO, true, false, &wins, false);
+  EXPECT_EQ(oss.backend, MoeBackend::OFFLOAD);
+  EXPECT_NE(oss.reason.find("no gpt-oss experts on the CPU share"), std::string::npos)
+      << oss.reason;
+  EXPECT_EQ(choose_moe_backend(MoeBackend::HYBRID, true, false, &wins, false).backend,
+            MoeBackend::HYBRID);
 }
 
 TEST(MoeBackendChoice, ExplicitChoicesAreKeptOrRefused) {
