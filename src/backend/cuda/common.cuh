@@ -52,6 +52,11 @@ __device__ __forceinline__ void pdl_trigger() {
 // compute capability >= 9, and FT_CUDA_PDL not "0" (stream.cu).
 bool pdl_enabled();
 
+// Blocks of `kernel` (`threads` per block, `smem` dynamic shared bytes) resident on the current
+// device at once: its occupancy per SM (at least 1) x the SMs, remembered per (device, kernel,
+// threads, smem) (device.cu). One-wave grids size themselves by it.
+int64_t resident_blocks(const void* kernel, int threads, size_t smem);
+
 // kernel<<<grid, block, smem, stream()>>>(args...) with PDL when pdl_enabled(); checks the launch.
 template <typename... KArgs, typename... Args>
 void launch_kernel(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, Args&&... args) {

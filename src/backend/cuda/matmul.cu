@@ -10,9 +10,6 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
-#include <map>
-#include <mutex>
-#include <tuple>
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cublas_check.cuh"
@@ -207,29 +204,13 @@ bool one_wave() {
   return on;
 }
 
-// Blocks of kernel K (k_gemv_rows warps, smem bytes) resident on the whole device at once,
-// remembered per (device, kernel, smem) (host queries; the same answer every launch).
-template <class K>
-int64_t resident_blocks(K kernel, size_t smem) {
-  static std::mutex m;
-  static std::map<std::tuple<int, const void*, size_t>, int64_t> known;
-  int dev = 0;
-  CUDA_CHECK(cudaGetDevice(&dev));
-  const auto key = std::make_tuple(dev, reinterpret_cast<const void*>(kernel), smem);
-  std::lock_guard<std::mutex> lock(m);
-  if (auto it = known.find(key); it != known.end()) return it->second;
-  int sms = 0, per_sm = 0;
-  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  CUDA_CHECK(
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 32 * k_gemv_rows, smem));
-  return known[key] = int64_t{sms} * std::max(per_sm, 1);
-}
-
 template <typename W, bool VEC, int NT, bool ROUTE>
 void launch_gemv_nt(const GemvParams& p, size_t smem) {
   auto* kernel = gemv_kernel<W, VEC, NT, ROUTE>;
   int64_t grid = p.block0[p.count];
-  if (one_wave()) grid = std::min(grid, resident_blocks(kernel, smem));
+  if (one_wave())
+    grid = std::min(grid, resident_blocks(reinterpret_cast<const void*>(kernel),
+                                          32 * k_gemv_rows, smem));
   launch_kernel(kernel, dim3(static_cast<unsigned>(grid)), dim3(32, k_gemv_rows), smem, p);
 }
 

@@ -329,13 +329,7 @@ __global__ void gather_kernel(const float* __restrict__ x, const int32_t* __rest
 // when there are fewer units than resident warps.
 template <auto K>
 unsigned stream_grid(int64_t units) {
-  static const int64_t resident = [] {
-    int dev = 0, sms = 0, per_sm = 0;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, K, k_stream_threads, 0));
-    return int64_t{sms} * std::max(per_sm, 1);
-  }();
+  const int64_t resident = resident_blocks(reinterpret_cast<const void*>(K), k_stream_threads, 0);
   constexpr int64_t warps = k_stream_threads / 32;
   return static_cast<unsigned>(std::min((units + warps - 1) / warps, resident));
 }
