@@ -168,6 +168,18 @@ FT_QD void dot_halves(const uint32_t (&u)[8], const XUnit& x, int& su0, int& su1
   for (int k = 4; k < 8; ++k) su1 = dot_u8s8(u[k], x.q[k], su1);
 }
 
+// Q4_0 / Q4_1's 16 bytes of nibble pairs (w[0..4)): lo = the low nibbles (elements 0..15) and
+// hi = 16 x the high nibbles (16..31), dotted with the activation halves (masked in place; the
+// caller shifts hi down after the dp4a).
+FT_QD void nibble_pair_dots(const uint32_t* w, const XUnit& x, int& lo, int& hi) {
+  lo = 0, hi = 0;
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    lo = dot_u8s8(w[k] & 0x0f0f0f0fu, x.q[k], lo);
+    hi = dot_u8s8(w[k] & 0xf0f0f0f0u, x.q[4 + k], hi);
+  }
+}
+
 // ---- per format, Dot32<F>::dot<A>: p is the block (or, for NVFP4, the unit's first block), s
 // the unit in it.
 template <class F>
@@ -179,12 +191,8 @@ struct Dot32<Q4_0> {
   static FT_QD float dot(const uint8_t* p, int, const XUnit& x) {
     uint32_t w[4];
     ldw<4, 1>(p + 2, w);  // 18-byte blocks
-    int lo = 0, hi = 0;
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      lo = dot_u8s8(w[k] & 0x0f0f0f0fu, x.q[k], lo);
-      hi = dot_u8s8(w[k] & 0xf0f0f0f0u, x.q[4 + k], hi);  // 16 x the high nibbles
-    }
+    int lo, hi;
+    nibble_pair_dots(w, x, lo, hi);
     const float r = fmaf(x.dx0, i2f(lo), fmaf(x.dx1, i2f(hi >> 4), -8.f * (x.s0 + x.s1)));
     return h2f(static_cast<uint16_t>(ld16<A>(p))) * r;
   }
@@ -195,12 +203,8 @@ struct Dot32<Q4_1> {
   static FT_QD float dot(const uint8_t* p, int, const XUnit& x) {
     uint32_t w[5];
     ldw<5, A>(p, w);  // d | m << 16, then qs
-    int lo = 0, hi = 0;
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      lo = dot_u8s8(w[1 + k] & 0x0f0f0f0fu, x.q[k], lo);
-      hi = dot_u8s8(w[1 + k] & 0xf0f0f0f0u, x.q[4 + k], hi);
-    }
+    int lo, hi;
+    nibble_pair_dots(w + 1, x, lo, hi);
     const float d = h2f(static_cast<uint16_t>(w[0])), m = h2f(static_cast<uint16_t>(w[0] >> 16));
     return fmaf(d, fmaf(x.dx0, i2f(lo), x.dx1 * i2f(hi >> 4)), m * (x.s0 + x.s1));
   }
