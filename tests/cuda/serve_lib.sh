@@ -26,11 +26,12 @@ generate_ids() {
 # $out/NAME.ids, sequentially and then all at once (batched decode across sequences); the
 # server's /v1/stats into $out/NAME.stats.json.
 answers() {
-  local name=$1 p i=0
+  local name=$1 p i=0 asks=()
   : >"$out/$name.ids"
   for p in "${prompts[@]}"; do generate_ids "$p" >>"$out/$name.ids"; done
-  for p in "${prompts[@]}"; do generate_ids "$p" >"$out/$name.c$i" & i=$((i+1)); done
-  wait $(jobs -p | grep -v "^$pid$") 2>/dev/null
+  # Wait for these requests only: other background jobs (the server, a second node) run on.
+  for p in "${prompts[@]}"; do generate_ids "$p" >"$out/$name.c$i" & asks+=($!); i=$((i+1)); done
+  wait "${asks[@]}" 2>/dev/null
   for i in $(seq 0 $((${#prompts[@]} - 1))); do cat "$out/$name.c$i" >>"$out/$name.ids"; done
   curl -sf "http://127.0.0.1:$port/v1/stats" >"$out/$name.stats.json"
 }
