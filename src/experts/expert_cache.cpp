@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "base/error.h"
+#include "base/q_split.h"
 
 namespace ft {
 
@@ -81,13 +82,11 @@ EnsurePlan ExpertCache::ensure(int64_t layer, std::span<const int32_t> active, i
 }
 
 int64_t hybrid_fetch_count(int64_t misses, double f) {
-  if (misses <= 0) return 0;
-  f = std::clamp(f, 0.0, 1.0);
-  const int64_t one = 1 << 16, q = static_cast<int64_t>(std::llround(f * one));
-  const int64_t lo = (misses * q) >> 16;
-  auto cost = [&](int64_t F) { return std::max(F * (one - q), (misses - F) * q); };
-  const int64_t best = (lo + 1 <= misses && cost(lo + 1) < cost(lo)) ? lo + 1 : lo;
-  return std::min(misses, best);
+  return hybrid_fetch_count_q16(misses, hybrid_q16(f));
+}
+
+int64_t hybrid_q16(double f) {
+  return static_cast<int64_t>(std::llround(std::clamp(f, 0.0, 1.0) * k_q16_one));
 }
 
 }  // namespace ft

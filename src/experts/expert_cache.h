@@ -56,5 +56,7 @@ class ExpertCache {
 // f = B_pcie / (B_pcie + B_cpu) from bandwidths measured under contention. Q16 fixed point as
 // the GPU kernel computes it: F in {floor(misses * f), +1}, the one with the smaller max.
 int64_t hybrid_fetch_count(int64_t misses, double f);
+// f as the rule's Q16 fraction (what the device bookkeeping is given).
+int64_t hybrid_q16(double f);
 
 }  // namespace ft

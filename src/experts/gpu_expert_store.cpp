@@ -316,16 +316,20 @@ cuda::SlotCacheState GpuExpertStore::device_state() const {
 }
 
 void GpuExpertStore::ensure_device(int64_t l, const int32_t* ids, int64_t count,
-                                   int32_t* slot_ids) {
+                                   int32_t* slot_ids, const cuda::HybridSplitArgs* split) {
   FT_CHECK(device_cache_ && moe_index_[l] >= 0, "ensure_device: layer {}", l);
-  cuda::slot_cache_ensure({.s = device_state(),
-                           .layer = l,
-                           .ids = ids,
-                           .count = count,
-                           .slot_ids = slot_ids,
-                           .fetch = d_fetch_.as<int32_t>(),
-                           .fetch_slot = d_fetch_slot_.as<int32_t>(),
-                           .n_fetch = d_n_fetch_.as<int32_t>()});
+  const cuda::SlotEnsureArgs ensure{.s = device_state(),
+                                    .layer = l,
+                                    .ids = ids,
+                                    .count = count,
+                                    .slot_ids = slot_ids,
+                                    .fetch = d_fetch_.as<int32_t>(),
+                                    .fetch_slot = d_fetch_slot_.as<int32_t>(),
+                                    .n_fetch = d_n_fetch_.as<int32_t>()};
+  if (split)
+    cuda::slot_cache_ensure_hybrid(ensure, *split);
+  else
+    cuda::slot_cache_ensure(ensure);
   const size_t E = host_.n_experts, r0 = host_.record_bytes(l, 0), r1 = host_.record_bytes(l, 1);
   cuda::fetch_experts({.gate_src = dev_base_[l],
                        .up_src = dev_base_[l] + E * r0,

@@ -8,6 +8,7 @@
 #include <functional>
 #include <vector>
 
+#include "backend/cuda/cpu_share.h"
 #include "backend/cuda/cuda_ops.h"
 #include "experts/expert_cache.h"
 #include "model/model.h"
@@ -132,7 +133,10 @@ class GpuExpertStore {
   // Decode, device bookkeeping: ids [count] (device) of layer l -> slot ids [count] (device);
   // misses are fetched by a kernel, all on the current stream (stream order protects slots
   // that earlier kernels still read).
-  void ensure_device(int64_t l, const int32_t* ids, int64_t count, int32_t* slot_ids);
+  // With split (HYBRID on the device, backend/cuda/cpu_share.h): only the q* share of the
+  // misses is fetched; the rest keep slot -1 and go to the CPU share's mailbox.
+  void ensure_device(int64_t l, const int32_t* ids, int64_t count, int32_t* slot_ids,
+                     const cuda::HybridSplitArgs* split = nullptr);
 
   // Prefill streaming over the MoE layers `order` (ascending): begin issues the first copies;
   // acquire(l) makes the default stream wait for layer l and returns its view (ids index it);

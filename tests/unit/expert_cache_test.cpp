@@ -6,6 +6,7 @@
 #include <set>
 
 #include "base/error.h"
+#include "base/q_split.h"
 #include "experts/expert_cache.h"
 
 namespace ft {
@@ -96,6 +97,19 @@ TEST(HybridSplit, BalancesFetchAgainstCpu) {
       ASSERT_GE(F, 0);
       ASSERT_LE(F, m);
     }
+}
+
+// The device bookkeeping (slot_cache.cu) evaluates the same Q16 rule: it is constexpr and
+// gives hybrid_fetch_count's answers from hybrid_q16(f).
+static_assert(hybrid_fetch_count_q16(3, 27197) == 1 && hybrid_fetch_count_q16(4, 27197) == 2);
+static_assert(hybrid_fetch_count_q16(0, 1 << 15) == 0 && hybrid_fetch_count_q16(8, 1 << 16) == 8);
+TEST(HybridSplit, Q16RuleIsTheHostRule) {
+  EXPECT_EQ(hybrid_q16(0.415), 27197);
+  EXPECT_EQ(hybrid_q16(-1.0), 0);
+  EXPECT_EQ(hybrid_q16(2.0), 1 << 16);
+  for (int64_t m = 0; m < 300; ++m)
+    for (double f : {0.0, 0.05, 0.2843, 0.5, 0.71, 1.0})
+      ASSERT_EQ(hybrid_fetch_count(m, f), hybrid_fetch_count_q16(m, hybrid_q16(f))) << m << " " << f;
 }
 
 }  // namespace

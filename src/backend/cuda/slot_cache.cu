@@ -3,11 +3,15 @@
 // Lookups run in parallel; thread 0 does the short serial parts on shared memory (distinct
 // ids, miss order); the victim search (least recently used slot not used this step, lowest
 // index on ties) is a block-wide min per miss. Ids < 0 (a tensor-parallel shard's routed ids
-// of other ranks' experts) are skipped: slot -1, no lookup.
+// of other ranks' experts) are skipped: slot -1, no lookup. HYBRID (cpu_share.h): only the q*
+// rule's share of the misses is fetched; the rest keep slot -1 and, when there are any, the
+// kernel fills the CPU's mailbox (routes, weights, input rows) and rings it.
 #include <algorithm>
 
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/cpu_share.h"
 #include "backend/cuda/cuda_ops.h"
+#include "base/q_split.h"
 
 namespace ft::cuda {
 
@@ -21,11 +25,41 @@ __device__ __forceinline__ unsigned long long warp_min(unsigned long long v) {
   return v;
 }
 
+// HYBRID: the CPU job of a layer whose routes `cpu` (expert id, else -1) are left to the CPU:
+// ids, weights and the tokens' input rows into the mailbox, then (after a system fence) the
+// header and ready = the next seq; pending = that seq. Called by the whole block.
+__device__ void submit_job(const SlotEnsureArgs& a, const HybridSplitArgs& h, const int32_t* cpu) {
+  const CpuShareArgs& sh = h.share;
+  auto* head = reinterpret_cast<CpuShareHeader*>(sh.box);
+  int32_t* box_ids = reinterpret_cast<int32_t*>(sh.box + k_cpu_share_header);
+  float* box_w = reinterpret_cast<float*>(box_ids + sh.max_routes);
+  float* box_x = box_w + sh.max_routes;
+  const int64_t n = a.count / h.top_k, width = n * sh.hidden;
+  for (int64_t i = threadIdx.x; i < a.count; i += blockDim.x)
+    box_ids[i] = cpu[i], box_w[i] = h.weights[i];
+  for (int64_t i = threadIdx.x; i < width; i += blockDim.x) box_x[i] = h.x[i];
+  __threadfence_system();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const uint64_t seq = *sh.seq + 1;
+    *sh.seq = seq;
+    head->layer = static_cast<int32_t>(a.layer);
+    head->n_tokens = static_cast<int32_t>(n);
+    head->routes = static_cast<int32_t>(a.count);
+    __threadfence_system();
+    *reinterpret_cast<volatile uint64_t*>(&head->ready) = seq;
+    *sh.pending = seq;
+  }
+}
+
 // ---- kernels
-__global__ void __launch_bounds__(k_threads) ensure_kernel(const __grid_constant__ SlotEnsureArgs a) {
+template <bool HYBRID>
+__global__ void __launch_bounds__(k_threads)
+    ensure_kernel(const __grid_constant__ SlotEnsureArgs a, const __grid_constant__ HybridSplitArgs h) {
   __shared__ int32_t ids[k_max_ids], active[k_max_ids], slot_of[k_max_ids], miss[k_max_ids];
+  __shared__ int32_t cpu[k_max_ids];
   __shared__ long long rec[k_max_ids];
-  __shared__ int n_active, n_miss;
+  __shared__ int n_active, n_miss, n_fetch;
   __shared__ unsigned long long partial[k_threads / 32];
   pdl_wait();
   pdl_trigger();
@@ -71,16 +105,19 @@ __global__ void __launch_bounds__(k_threads) ensure_kernel(const __grid_constant
       }
       miss[j + 1] = m;
     }
+    const int nf = HYBRID ? static_cast<int>(hybrid_fetch_count_q16(nm, h.fetch_q16)) : nm;
     n_miss = nm;
-    *a.n_fetch = nm;
+    n_fetch = nf;
+    *a.n_fetch = nf;
     s.counters[SC_LOOKUPS] += na;
     s.counters[SC_HITS] += na - nm;
     s.counters[SC_MISSES] += nm;
-    s.counters[SC_FETCHED] += nm;
+    s.counters[SC_FETCHED] += nf;
+    if (HYBRID) *h.share.cpu_experts += nm - nf;
   }
   __syncthreads();
   const int lane = tid & 31, warp = tid >> 5;
-  for (int mi = 0; mi < n_miss; ++mi) {
+  for (int mi = 0; mi < n_fetch; ++mi) {  // the rest of the misses (HYBRID) keep slot -1
     // Victim: min over slots of (usage, index), slots used this step excluded.
     unsigned long long best = ~0ull;
     for (int64_t sl = tid; sl < s.slots; sl += k_threads) {
@@ -114,6 +151,15 @@ __global__ void __launch_bounds__(k_threads) ensure_kernel(const __grid_constant
     int i = 0;
     while (ids[tid] >= 0 && active[i] != ids[tid]) ++i;
     a.slot_ids[tid] = ids[tid] < 0 ? -1 : slot_of[i];
+    if (HYBRID) cpu[tid] = ids[tid] >= 0 && slot_of[i] < 0 ? ids[tid] : -1;
+  }
+  if constexpr (HYBRID) {
+    if (n_fetch < n_miss) {  // uniform: shared, written before the last barrier
+      __syncthreads();
+      submit_job(a, h, cpu);
+    } else if (tid == 0) {
+      *h.share.pending = 0;
+    }
   }
 }
 
@@ -124,15 +170,31 @@ __global__ void reset_kernel(SlotCacheState s, int64_t n_ids) {
     if (i < s.slots) s.id_of_slot[i] = -1, s.usage[i] = 0;
   }
 }
-}  // namespace
 
-// ---- launchers
-void slot_cache_ensure(const SlotEnsureArgs& a) {
+
+void check_ensure(const SlotEnsureArgs& a) {
   FT_CHECK(a.count > 0 && a.count <= k_max_ids && a.s.slots >= a.s.n_experts &&
                a.s.slots < (1 << 24) && a.ids && a.slot_ids && a.fetch && a.fetch_slot &&
                a.n_fetch,
            "slot_cache_ensure: {} ids, {} slots", a.count, a.s.slots);
-  launch_kernel(ensure_kernel, dim3(1), dim3(k_threads), 0, a);
+}
+}  // namespace
+
+// ---- launchers
+void slot_cache_ensure(const SlotEnsureArgs& a) {
+  check_ensure(a);
+  launch_kernel(ensure_kernel<false>, dim3(1), dim3(k_threads), 0, a, HybridSplitArgs{});
+}
+
+void slot_cache_ensure_hybrid(const SlotEnsureArgs& a, const HybridSplitArgs& h) {
+  check_ensure(a);
+  const CpuShareArgs& sh = h.share;
+  FT_CHECK(h.top_k > 0 && a.count % h.top_k == 0 && a.count <= sh.max_routes &&
+               a.count / h.top_k <= sh.max_tokens && h.x && h.weights && sh.box && sh.seq &&
+               sh.pending && sh.cpu_experts && h.fetch_q16 >= 0 && h.fetch_q16 <= (1 << 16),
+           "slot_cache_ensure_hybrid: {} routes of top-{} (mailbox: {} routes, {} tokens)",
+           a.count, h.top_k, sh.max_routes, sh.max_tokens);
+  launch_kernel(ensure_kernel<true>, dim3(1), dim3(k_threads), 0, a, h);
 }
 
 void slot_cache_reset(const SlotCacheState& s, int64_t n_ids) {
