@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <condition_variable>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <mutex>
@@ -14,6 +15,7 @@
 #include "backend/cpu/thread_pool.h"
 #include "base/error.h"
 #include "base/timer.h"
+#include "experts/cpu_share.h"
 #include "experts/gpu_expert_store.h"
 #include "ops/ops.h"
 #include "quant/quant.h"
@@ -135,9 +137,10 @@ struct CudaTransformer::Hybrid {
   std::condition_variable cv;
   std::function<void()> job;
   bool busy = false, quit = false;
-  std::vector<float> x, w, out, g, u, d;  // [n, H], [n, k], [n, H], per CPU item [I|I|H]
-  std::vector<TensorView> views;          // per CPU item: gate, up, down
-  std::vector<int64_t> items;             // slots t * top_k + k computed on the CPU
+  std::vector<float> x, w, out;  // [n, H], [n, k], [n, H]
+  std::vector<int64_t> items;    // slots t * top_k + k computed on the CPU
+  std::vector<int32_t> cpu_ids;  // [n, k]: their expert ids, else -1
+  CpuRouteScratch scratch;
   // This rank's routed slots (all but a whole-expert shard's -1 ids): their index in the
   // layer's [n, top_k], expert ids and cache slots.
   std::vector<int64_t> own_at;
@@ -202,19 +205,26 @@ CudaTransformer::CudaTransformer(const Model& model, int64_t capacity, int64_t m
   blas_ = std::make_unique<cuda::Blas>(T, widest);
   if (c_.n_experts > 0)
     moe_ = std::make_unique<cuda::MoeWorkspace>(T, c_.top_k, c_.n_experts, H, inter);
+  hybrid_q16_ = hybrid_q16(hybrid_f_);
+  const bool share = mode_ == MoeMode::HYBRID && !hybrid_on_host();
   if (host) {
-    store_ = std::make_unique<GpuExpertStore>(*host, offload.slots, mode_ == MoeMode::OFFLOAD);
+    store_ = std::make_unique<GpuExpertStore>(*host, offload.slots,
+                                              mode_ == MoeMode::OFFLOAD || share);
     if (!store_->all_resident())
       moe_pool_ = std::make_unique<cuda::MoeWorkspace>(cuda::k_gemv_max_tokens, c_.top_k,
                                                        offload.slots, H, inter);
     slot_ids_ = cuda::DeviceBuffer(cuda::k_gemv_max_tokens * c_.top_k * sizeof(int32_t));
     if (!store_->all_resident() && mode_ == MoeMode::HYBRID) {
-      capturable_ = false;
       const int threads =
           offload.cpu_threads > 0
               ? offload.cpu_threads
               : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-      hybrid_ = std::make_unique<Hybrid>(threads);
+      if (share) {
+        share_ = std::make_unique<CpuShare>(*host, c_.top_k, cuda::k_gemv_max_tokens, threads);
+      } else {
+        capturable_ = false;
+        hybrid_ = std::make_unique<Hybrid>(threads);
+      }
     }
   }
   alloc_hybrid(T);
@@ -343,6 +353,7 @@ CudaRuntimeStats CudaTransformer::runtime_stats() const {
     s.fetched_bytes = rt_.fetched_bytes + e.fetched_bytes;
     s.streamed_bytes = rt_.streamed_bytes + e.streamed_bytes;
   }
+  if (share_) s.cpu_experts += share_->cpu_experts(), s.t_cpu += share_->cpu_seconds();
   return s;
 }
 
@@ -441,6 +452,7 @@ void CudaTransformer::pass(std::span<const CudaSeqStep> steps, int64_t n, float*
       if (s.logits) std::memcpy(s.logits, host + (off - 1) * V, V * sizeof(float));
     }
     timing_end();
+    if (share_) share_->check();  // the CPU share answered every layer
     return;
   }
   timing_begin(1);  // prefill: every pass timed
@@ -676,6 +688,8 @@ void CudaTransformer::moe_block(int64_t l, int64_t n, bool routed) {
     mark(StepPhase::HITS);
     cuda::moe_experts(*blas_, layer, a, *moe_);
     store_->stream_release(l);
+  } else if (share_) {
+    moe_hybrid_device(l, n, a);
   } else if (store_->device_cache()) {
     mark(StepPhase::FETCH);  // device bookkeeping and miss copies
     store_->ensure_device(l, ids, n * c_.top_k, slot_ids_.as<int32_t>());
@@ -727,30 +741,12 @@ void CudaTransformer::moe_hybrid(int64_t l, int64_t n, cuda::MoeArgs a) {
   if (m > 0) {
     rt_.cpu_experts += cpu;
     hy.out.assign(n * H, 0.f);
-    hy.g.resize(m * I), hy.u.resize(m * I), hy.d.resize(m * H);
-    hy.views.resize(3 * m);
-    for (int64_t j = 0; j < m; ++j) {  // each matrix in its own format (mixed experts)
-      const int64_t e = host_ids_[hy.items[j]];
-      for (int mat = 0; mat < 3; ++mat) hy.views[3 * j + mat] = host.expert_view(l, e, mat);
-    }
-    hy.post([this, &hy, m, k, H, I] {
+    hy.cpu_ids.assign(count, -1);
+    for (int64_t item : hy.items) hy.cpu_ids[item] = host_ids_[item];
+    hy.post([this, &hy, &host, l, count, k] {
       Timer tc;
-      std::vector<ops::GemmProblem> gu, dn;
-      for (int64_t j = 0; j < m; ++j) {
-        const float* xt = hy.x.data() + (hy.items[j] / k) * H;
-        gu.push_back({xt, 1, &hy.views[3 * j], hy.g.data() + j * I});
-        gu.push_back({xt, 1, &hy.views[3 * j + 1], hy.u.data() + j * I});
-        dn.push_back({hy.g.data() + j * I, 1, &hy.views[3 * j + 2], hy.d.data() + j * H});
-      }
-      ops::matmul_grouped(hy.pool, gu);
-      ops::silu_mul(hy.pool, hy.g.data(), hy.u.data(), m * I, hy.g.data());
-      ops::matmul_grouped(hy.pool, dn);
-      for (int64_t j = 0; j < m; ++j) {  // items ascend in (t, k): top-k order per token
-        const int64_t slot = hy.items[j];
-        float* o = hy.out.data() + (slot / k) * H;
-        const float wk = hy.w[slot];
-        for (int64_t c = 0; c < H; ++c) o[c] += wk * hy.d[j * H + c];
-      }
+      compute_cpu_routes(hy.pool, host, l, {hy.x.data(), hy.cpu_ids.data(), hy.w.data(), count, k},
+                         hy.out.data(), hy.scratch);
       rt_.t_cpu += tc.seconds();
     });
   }
@@ -764,6 +760,33 @@ void CudaTransformer::moe_hybrid(int64_t l, int64_t n, cuda::MoeArgs a) {
     cuda::copy_to_device(tmp_.data(), hy.out.data(), n * H * sizeof(float));
     cuda::add_inplace(x_.as<float>(), tmp_.as<float>(), n * H);
   }
+}
+
+// HYBRID decode of one MoE layer with the bookkeeping on the device: the ensure kernel splits
+// the misses (the q* share fetched, the rest to the CPU's mailbox, whose coordinator starts at
+// once), the fetch and the GPU's experts (CPU routes have slot -1) run meanwhile, then collect
+// waits for the CPU's partial sum and adds it. No host round trip: graph-captured.
+void CudaTransformer::moe_hybrid_device(int64_t l, int64_t n, cuda::MoeArgs a) {
+  const cuda::HybridSplitArgs split{.fetch_q16 = static_cast<int32_t>(hybrid_q16_),
+                                    .top_k = static_cast<int32_t>(c_.top_k),
+                                    .x = a.x,
+                                    .weights = a.weights,
+                                    .share = share_->args()};
+  mark(StepPhase::FETCH);  // bookkeeping, CPU hand-off, miss copies
+  store_->ensure_device(l, a.ids, n * c_.top_k, slot_ids_.as<int32_t>(), &split);
+  mark(StepPhase::HITS);
+  a.ids = slot_ids_.as<int32_t>();
+  cuda::moe_experts(*blas_, store_->pool(l), a, *moe_pool_);
+  mark(StepPhase::OTHER);  // waiting for the CPU share beyond the GPU's own work
+  cuda::cpu_share_collect(share_->args(), x_.as<float>());
+}
+
+bool hybrid_on_host() {
+  static const bool on = [] {
+    const char* v = std::getenv("FT_HYBRID_HOST");
+    return v && std::strcmp(v, "1") == 0;
+  }();
+  return on;
 }
 
 }  // namespace ft

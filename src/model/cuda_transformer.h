@@ -25,13 +25,18 @@ void rope_tables(const Rope& rope, int64_t max_pos, std::vector<float>& cos,
 
 class HostExperts;
 class GpuExpertStore;
+class CpuShare;
 
 // How decode treats expert cache misses. OFFLOAD: every miss is fetched over PCIe into a slot
 // (bookkeeping and copy on the GPU, graph-captured). HYBRID: per MoE layer the misses are
 // split by the q* rule (hybrid_fetch_count with f = pcie / (pcie + cpu)): some fetched, the
 // rest computed by CPU workers from the pinned weights, launched first and overlapped with the
-// GPU's work on hits; the partial sums are added (host bookkeeping, not graph-captured).
+// GPU's work on hits; the partial sums are added. HYBRID's bookkeeping is on the device too
+// (experts/cpu_share.h: the split and the CPU's job are handed over through mapped memory, so
+// decode steps are graph-captured); FT_HYBRID_HOST=1 keeps it on the host (per-layer round
+// trips, eager), for A/B runs.
 enum class MoeMode { OFFLOAD, HYBRID };
+bool hybrid_on_host();  // FT_HYBRID_HOST=1
 
 // Offload mode: experts (not owned; outlive the transformer) and the VRAM slot count, in
 // [n_experts, moe_layers * n_experts] (see plan_cuda_offload). The Model's own expert tensors
@@ -271,10 +276,14 @@ class CudaTransformer {
   cuda::PinnedBuffer logits_host_;  // [k_gemv_max_tokens, vocab] small-pass logits
   cuda::Stream stream_;
   std::unique_ptr<cuda::Graph> graphs_[cuda::k_gemv_max_tokens + 1];
-  bool capturable_ = true;  // false in HYBRID offload (host round trips per layer)
+  bool capturable_ = true;  // false in host-bookkeeping HYBRID (host round trips per layer)
   CudaRuntimeStats rt_;
-  struct Hybrid;  // HYBRID: CPU workers and host scratch
+  struct Hybrid;  // HYBRID with host bookkeeping (FT_HYBRID_HOST=1): CPU workers and scratch
   std::unique_ptr<Hybrid> hybrid_;
+  // HYBRID with device bookkeeping (the default): the CPU share's coordinator and mailbox.
+  std::unique_ptr<CpuShare> share_;
+  int64_t hybrid_q16_ = 0;  // hybrid_f_ in the rule's Q16
+  void moe_hybrid_device(int64_t layer, int64_t n, cuda::MoeArgs a);
   cuda::DeviceBuffer cos_, sin_;                // [capacity, rot_dim / 2]
   // Scratch, [max_chunk, width]:
   cuda::DeviceBuffer ids_, x_, xn_, q_, k_, v_, att_, tmp_, gate_, up_, router_, route_ids_,

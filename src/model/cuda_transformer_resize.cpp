@@ -22,14 +22,14 @@ void CudaTransformer::resize_expert_slots(int64_t slots) {
     fail("{} expert slots is outside [{}, {}] (one layer's experts .. all of them)", slots,
          host.n_experts, all);
   if (slots == store_->slots()) return;
-  if (mode_ == MoeMode::HYBRID && !hybrid_ && slots < all)
+  if (mode_ == MoeMode::HYBRID && !hybrid_ && !share_ && slots < all)
     fail("this HYBRID runner started with every expert resident (no CPU workers); it cannot "
          "shrink its expert cache");
   cuda::StreamScope scope(stream_);
   cuda::synchronize();  // no kernel or copy still reads the old pool
   // As at construction: OFFLOAD keeps the bookkeeping on the device (an all-resident pool has
   // none, so the flag cannot come from the pool being replaced).
-  const bool device_cache = mode_ == MoeMode::OFFLOAD;
+  const bool device_cache = mode_ == MoeMode::OFFLOAD || share_ != nullptr;
   const int64_t inter = host.inter;
   auto make = [&](int64_t n, std::unique_ptr<GpuExpertStore>& store,
                   std::unique_ptr<cuda::MoeWorkspace>& ws) {
