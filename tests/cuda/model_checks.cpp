@@ -327,6 +327,10 @@ void model_checks_of(const std::string& fixtures_dir, const std::string& f,
       if (!refuses_hybrid)
         out.push_back({f + "/offload_" + name + "/hybrid_decode_greedy",
                        [dir, s] { return decode(dir, s, false, MoeMode::HYBRID); }});
+    // HYBRID's device bookkeeping and CPU hand-off replayed from a captured graph.
+    if (!refuses_hybrid)
+      out.push_back({f + "/offload_min/hybrid_decode_greedy_graphs",
+                     [dir] { return decode(dir, Slots::MIN, true, MoeMode::HYBRID); }});
     out.push_back({f + "/batch", [dir] { return batch(dir, Slots::RESIDENT); }});
     // BF16 KV cache (serving's): flash prefill / flash-decoding kernels, looser tolerance.
     const DType bf = DType::BF16;
