@@ -295,6 +295,11 @@ GpuExpertStore::GpuExpertStore(const HostExperts& host, int64_t slots, bool devi
     d_fetch_ = cuda::DeviceBuffer(256 * sizeof(int32_t));
     d_fetch_slot_ = cuda::DeviceBuffer(256 * sizeof(int32_t));
     d_n_fetch_ = cuda::DeviceBuffer(sizeof(int32_t));
+    // Per MoE layer (a layer's lists are read by its background copy until the pass joins it):
+    // ids then slots; counts, then the in-flight total.
+    d_admit_ = cuda::DeviceBuffer(host.moe_layers * 2 * 256 * sizeof(int32_t));
+    d_admit_n_ = cuda::DeviceBuffer((host.moe_layers + 1) * sizeof(int32_t));
+    cuda::memset_async(d_admit_n_.data(), 0, d_admit_n_.bytes());
     cuda::memset_async(d_recency_.data(), 0, d_recency_.bytes());
     cuda::memset_async(d_counters_.data(), 0, d_counters_.bytes());
     cuda::slot_cache_reset(device_state(), ids);
@@ -326,10 +331,30 @@ void GpuExpertStore::ensure_device(int64_t l, const int32_t* ids, int64_t count,
                                     .fetch = d_fetch_.as<int32_t>(),
                                     .fetch_slot = d_fetch_slot_.as<int32_t>(),
                                     .n_fetch = d_n_fetch_.as<int32_t>()};
-  if (split)
-    cuda::slot_cache_ensure_hybrid(ensure, *split);
-  else
+  if (split) {
+    cuda::HybridSplitArgs h = *split;
+    const int64_t m = moe_index_[l];
+    h.admit = d_admit_.as<int32_t>() + m * 512, h.admit_slot = h.admit + 256;
+    h.n_admit = d_admit_n_.as<int32_t>() + m;
+    h.inflight = d_admit_n_.as<int32_t>() + host_.moe_layers;
+    cuda::slot_cache_ensure_hybrid(ensure, h);
+  } else {
     cuda::slot_cache_ensure(ensure);
+  }
+  copy_misses(l, d_fetch_.as<int32_t>(), d_fetch_slot_.as<int32_t>(), d_n_fetch_.as<int32_t>(), 0);
+}
+
+void GpuExpertStore::admit_device(int64_t l) {
+  FT_CHECK(device_cache_ && moe_index_[l] >= 0, "admit_device: layer {}", l);
+  const int64_t m = moe_index_[l];
+  int32_t* admit = d_admit_.as<int32_t>() + m * 512;
+  int32_t* n = d_admit_n_.as<int32_t>();
+  copy_misses(l, admit, admit + 256, n + m, k_admit_blocks);
+  cuda::slot_cache_admitted(device_state(), admit + 256, n + m, n + host_.moe_layers);
+}
+
+void GpuExpertStore::copy_misses(int64_t l, const int32_t* ids, const int32_t* slots,
+                                 const int32_t* count, int blocks) {
   const size_t E = host_.n_experts, r0 = host_.record_bytes(l, 0), r1 = host_.record_bytes(l, 1);
   cuda::fetch_experts({.gate_src = dev_base_[l],
                        .up_src = dev_base_[l] + E * r0,
@@ -338,12 +363,13 @@ void GpuExpertStore::ensure_device(int64_t l, const int32_t* ids, int64_t count,
                        .up_dst = up_.as<char>(),
                        .down_dst = down_.as<char>(),
                        .matrix_bytes = r0,
-                       .fetch = d_fetch_.as<int32_t>(),
-                       .fetch_slot = d_fetch_slot_.as<int32_t>(),
-                       .n_fetch = d_n_fetch_.as<int32_t>(),
+                       .fetch = ids,
+                       .fetch_slot = slots,
+                       .n_fetch = count,
                        .bytes = {r0, r1, host_.record_bytes(l, 2)},
                        .dst_stride = {host_.slot_matrix_bytes(0), host_.slot_matrix_bytes(1),
-                                      host_.slot_matrix_bytes(2)}});
+                                      host_.slot_matrix_bytes(2)},
+                       .blocks = blocks});
 }
 
 ExpertCacheStats GpuExpertStore::cache_stats() const {

@@ -137,6 +137,11 @@ class GpuExpertStore {
   // misses is fetched; the rest keep slot -1 and go to the CPU share's mailbox.
   void ensure_device(int64_t l, const int32_t* ids, int64_t count, int32_t* slot_ids,
                      const cuda::HybridSplitArgs* split = nullptr);
+  // HYBRID: copies the admissions of layer l's last ensure_device (CPU-computed misses given a
+  // slot) with a small grid, then marks them done. Issue it on a side stream that waited for
+  // that ensure; join it before the next pass (or anything that resets the cache).
+  void admit_device(int64_t l);
+  static constexpr int k_admit_blocks = 16;
 
   // Prefill streaming over the MoE layers `order` (ascending): begin issues the first copies;
   // acquire(l) makes the default stream wait for layer l and returns its view (ids index it);
@@ -157,6 +162,9 @@ class GpuExpertStore {
   void copy_expert(int64_t l, int64_t expert, int64_t slot);
   void copy_layer(int64_t l, int64_t first_slot);
   void issue_stream_copy(size_t index);
+  // fetch_experts of layer l's experts ids [*count] into slots (blocks: 0 = the default grid).
+  void copy_misses(int64_t l, const int32_t* ids, const int32_t* slots, const int32_t* count,
+                   int blocks);
 
   const HostExperts& host_;
   int64_t slots_;
@@ -174,6 +182,7 @@ class GpuExpertStore {
   bool device_cache_;
   cuda::DeviceBuffer d_slot_for_id_, d_id_of_slot_, d_usage_, d_recency_, d_counters_;
   cuda::DeviceBuffer d_fetch_, d_fetch_slot_, d_n_fetch_;
+  cuda::DeviceBuffer d_admit_, d_admit_n_;  // HYBRID admissions: ids | slots; count | in flight
   std::vector<const char*> dev_base_;  // [n_layers] mapped host blocks
   cuda::SlotCacheState device_state() const;
 };

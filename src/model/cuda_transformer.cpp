@@ -221,6 +221,7 @@ CudaTransformer::CudaTransformer(const Model& model, int64_t capacity, int64_t m
               : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
       if (share) {
         share_ = std::make_unique<CpuShare>(*host, c_.top_k, cuda::k_gemv_max_tokens, threads);
+        set_admissions();
       } else {
         capturable_ = false;
         hybrid_ = std::make_unique<Hybrid>(threads);
@@ -502,6 +503,7 @@ void CudaTransformer::run_layers(std::span<const CudaSeqStep> steps, int64_t n) 
     ffn_block(l, n);
     tp_reduce(n);
   }
+  join_admissions();
 }
 
 void CudaTransformer::attention_block(int64_t l, std::span<const CudaSeqStep> steps, int64_t n) {
@@ -771,14 +773,45 @@ void CudaTransformer::moe_hybrid_device(int64_t l, int64_t n, cuda::MoeArgs a) {
                                     .top_k = static_cast<int32_t>(c_.top_k),
                                     .x = a.x,
                                     .weights = a.weights,
-                                    .share = share_->args()};
+                                    .share = share_->args(),
+                                    .max_inflight = l <= admit_last_ ? admit_max_ : 0};
   mark(StepPhase::FETCH);  // bookkeeping, CPU hand-off, miss copies
   store_->ensure_device(l, a.ids, n * c_.top_k, slot_ids_.as<int32_t>(), &split);
+  if (split.max_inflight > 0) {  // the admissions' copy beside this layer and the next ones
+    cuda::record_on_default(admit_->fork);
+    {
+      cuda::StreamScope side(admit_->stream);
+      cuda::wait_on_default(admit_->fork);
+      store_->admit_device(l);
+      cuda::record_on_default(admit_->join);
+    }
+    admit_->pending = true;
+  }
   mark(StepPhase::HITS);
   a.ids = slot_ids_.as<int32_t>();
   cuda::moe_experts(*blas_, store_->pool(l), a, *moe_pool_);
   mark(StepPhase::OTHER);  // waiting for the CPU share beyond the GPU's own work
   cuda::cpu_share_collect(share_->args(), x_.as<float>());
+}
+
+// Admissions in every MoE layer but the last quarter's (at most 3: a late admission's copy
+// would delay the pass's end), FT_HYBRID_ADMIT at once (default 2; 0: none).
+void CudaTransformer::set_admissions() {
+  std::vector<int64_t> moe;
+  for (int64_t l = 0; l < c_.n_layers; ++l)
+    if (c_.layer_is_moe[l]) moe.push_back(l);
+  const int64_t tail = std::min<int64_t>(3, static_cast<int64_t>(moe.size()) / 4);
+  admit_last_ = moe.empty() ? -1 : moe[moe.size() - 1 - tail];
+  const char* v = std::getenv("FT_HYBRID_ADMIT");
+  admit_max_ = v ? std::max(0, std::atoi(v)) : 2;
+  if (admit_max_ > 0) admit_ = std::make_unique<Admit>();
+}
+
+// The pass's admissions are copied before it ends (the next pass may hit their slots).
+void CudaTransformer::join_admissions() {
+  if (!admit_ || !admit_->pending) return;
+  cuda::wait_on_default(admit_->join);
+  admit_->pending = false;
 }
 
 bool hybrid_on_host() {

@@ -284,6 +284,19 @@ class CudaTransformer {
   std::unique_ptr<CpuShare> share_;
   int64_t hybrid_q16_ = 0;  // hybrid_f_ in the rule's Q16
   void moe_hybrid_device(int64_t layer, int64_t n, cuda::MoeArgs a);
+  // Its admissions (CPU-computed misses copied into slots in the background): a side stream
+  // forked after each layer's ensure and joined at the end of the pass; none after layer
+  // admit_last_ (the join would wait for them), at most admit_max_ in flight.
+  struct Admit {
+    cuda::Stream stream;
+    cuda::Event fork, join;
+    bool pending = false;
+  };
+  std::unique_ptr<Admit> admit_;
+  int64_t admit_last_ = -1;
+  int32_t admit_max_ = 0;
+  void set_admissions();
+  void join_admissions();
   cuda::DeviceBuffer cos_, sin_;                // [capacity, rot_dim / 2]
   // Scratch, [max_chunk, width]:
   cuda::DeviceBuffer ids_, x_, xn_, q_, k_, v_, att_, tmp_, gate_, up_, router_, route_ids_,

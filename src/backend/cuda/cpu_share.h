@@ -42,16 +42,27 @@ struct CpuShareArgs {
 
 // The split and the job of one layer's ensure (slot_cache_ensure_hybrid).
 struct HybridSplitArgs {
-  int32_t fetch_q16;     // f = pcie / (pcie + cpu) in 1/65536 (hybrid_fetch_count's q)
-  int32_t top_k;         // routes per token (count / top_k tokens)
-  const float* x;        // [count / top_k, hidden] the experts' input rows
-  const float* weights;  // [count] routing weights
+  int32_t fetch_q16 = 0;           // f = pcie / (pcie + cpu) in 1/65536 (the rule's q)
+  int32_t top_k = 0;               // routes per token (count / top_k tokens)
+  const float* x = nullptr;        // [count / top_k, hidden] the experts' input rows
+  const float* weights = nullptr;  // [count] routing weights
   CpuShareArgs share;
+  // Admissions: up to max_inflight CPU-computed misses at once also get a slot (usage -1) and
+  // are listed in admit / admit_slot [*n_admit] for a background copy (0: none, as FreeToken,
+  // whose cache then stops warming once the rule leaves every miss to the CPU).
+  int32_t max_inflight = 0;
+  int32_t *admit = nullptr, *admit_slot = nullptr, *n_admit = nullptr;
+  int32_t* inflight = nullptr;  // device: admissions not yet copied
 };
 // slot_cache_ensure with the hybrid split: of the layer's m missed experts,
 // hybrid_fetch_count(m, q) are fetched (priority as ensure's), the rest keep slot -1 and their
-// routes go to the CPU job; when there is one, the kernel fills the mailbox and rings it.
+// routes go to the CPU job; when there is one, the kernel fills the mailbox and rings it. A
+// fetch that finds no free slot (all used or awaiting admission) goes to the CPU too.
 void slot_cache_ensure_hybrid(const SlotEnsureArgs& a, const HybridSplitArgs& h);
+// After the admissions' copy (fetch_experts over admit / admit_slot, on the same stream):
+// their slots take the current step as usage and leave the in-flight count.
+void slot_cache_admitted(const SlotCacheState& s, const int32_t* admit_slot,
+                         const int32_t* n_admit, int32_t* inflight);
 
 // Waits (one block, on the device) for the CPU's partial sum of the job this layer submitted,
 // if any, and adds it into x [n_tokens, hidden]. On timeout it sets error = 2 and adds nothing

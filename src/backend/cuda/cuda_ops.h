@@ -524,6 +524,9 @@ struct FetchArgs {
   // stride (0: matrix_bytes).
   size_t bytes[3] = {0, 0, 0};
   size_t dst_stride[3] = {0, 0, 0};
+  // Blocks of the copy kernel (0: two per SM). A background copy beside other kernels takes a
+  // few (HYBRID's admissions: 16 blocks still keep PCIe busy).
+  int blocks = 0;
 };
 void fetch_experts(const FetchArgs& a);
 

@@ -59,7 +59,9 @@ __global__ void __launch_bounds__(k_threads)
   __shared__ int32_t ids[k_max_ids], active[k_max_ids], slot_of[k_max_ids], miss[k_max_ids];
   __shared__ int32_t cpu[k_max_ids];
   __shared__ long long rec[k_max_ids];
-  __shared__ int n_active, n_miss, n_fetch;
+  __shared__ int n_active, n_miss, n_fetch, n_got, n_admit;
+  __shared__ int32_t claimed;
+  __shared__ bool go;
   __shared__ unsigned long long partial[k_threads / 32];
   pdl_wait();
   pdl_trigger();
@@ -108,7 +110,7 @@ __global__ void __launch_bounds__(k_threads)
     const int nf = HYBRID ? static_cast<int>(hybrid_fetch_count_q16(nm, h.fetch_q16)) : nm;
     n_miss = nm;
     n_fetch = nf;
-    *a.n_fetch = nf;
+    n_got = 0, n_admit = 0;
     s.counters[SC_LOOKUPS] += na;
     s.counters[SC_HITS] += na - nm;
     s.counters[SC_MISSES] += nm;
@@ -117,35 +119,75 @@ __global__ void __launch_bounds__(k_threads)
   }
   __syncthreads();
   const int lane = tid & 31, warp = tid >> 5;
-  for (int mi = 0; mi < n_fetch; ++mi) {  // the rest of the misses (HYBRID) keep slot -1
-    // Victim: min over slots of (usage, index), slots used this step excluded.
+  // A slot for active expert i: the least recently used one that this step does not use and
+  // that awaits no admission copy (usage < 0), evicted and mapped to the expert with usage
+  // u_new; -1 when there is none (the host checks that a fetch always finds one in OFFLOAD).
+  auto claim = [&](int i, long long u_new) {
     unsigned long long best = ~0ull;
     for (int64_t sl = tid; sl < s.slots; sl += k_threads) {
       const long long u = s.usage[sl];
-      if (u != step) best = min(best, (static_cast<unsigned long long>(u) << 24) | sl);
+      if (u != step && u >= 0) best = min(best, (static_cast<unsigned long long>(u) << 24) | sl);
     }
     best = warp_min(best);
     if (lane == 0) partial[warp] = best;
     __syncthreads();
     if (tid == 0) {
       for (int w = 1; w < k_threads / 32; ++w) best = min(best, partial[w]);
-      const int i = miss[mi];
-      const int32_t victim = static_cast<int32_t>(best & 0xffffff);  // host checked: one exists
-      const int32_t old = s.id_of_slot[victim];
-      if (old >= 0) {
-        s.slot_for_id[old] = -1;
-        ++s.counters[SC_EVICTIONS];
+      const int32_t victim = best == ~0ull ? -1 : static_cast<int32_t>(best & 0xffffff);
+      if (victim >= 0) {
+        const int32_t old = s.id_of_slot[victim];
+        if (old >= 0) {
+          s.slot_for_id[old] = -1;
+          ++s.counters[SC_EVICTIONS];
+        }
+        const int32_t flat = static_cast<int32_t>(base + active[i]);
+        s.id_of_slot[victim] = flat;
+        s.slot_for_id[flat] = victim;
+        s.usage[victim] = u_new;
       }
-      const int32_t flat = static_cast<int32_t>(base + active[i]);
-      s.id_of_slot[victim] = flat;
-      s.slot_for_id[flat] = victim;
-      s.usage[victim] = step;
-      slot_of[i] = victim;
-      a.fetch[mi] = active[i];
-      a.fetch_slot[mi] = victim;
+      claimed = victim;
     }
     __syncthreads();
+    return claimed;
+  };
+  for (int mi = 0; mi < n_fetch; ++mi) {  // the rest of the misses (HYBRID) keep slot -1
+    const int i = miss[mi];
+    const int32_t v = claim(i, step);
+    if (tid == 0 && v >= 0) {
+      slot_of[i] = v;
+      a.fetch[n_got] = active[i];
+      a.fetch_slot[n_got] = v;
+      ++n_got;
+    }
   }
+  if constexpr (HYBRID) {
+    // Admissions: misses left to the CPU are also copied into slots in the background (the
+    // caller's side stream; usage -1 until slot_cache_admitted), while at most max_inflight
+    // are on their way, so a warm cache keeps warming while the CPU computes its misses.
+    for (int mi = n_fetch; mi < n_miss; ++mi) {
+      if (tid == 0)
+        go = h.max_inflight > 0 &&
+             *reinterpret_cast<volatile int32_t*>(h.inflight) + n_admit < h.max_inflight;
+      __syncthreads();
+      if (!go) break;
+      const int i = miss[mi];
+      const int32_t v = claim(i, -1);
+      if (v < 0) break;
+      if (tid == 0) {
+        h.admit[n_admit] = active[i];
+        h.admit_slot[n_admit] = v;
+        ++n_admit;
+      }
+    }
+    if (tid == 0) {
+      if (h.n_admit) *h.n_admit = n_admit;
+      if (n_admit > 0) atomicAdd(h.inflight, n_admit);
+      s.counters[SC_FETCHED] += n_got + n_admit - n_fetch;  // n_fetch counted above
+      *h.share.cpu_experts += n_fetch - n_got;  // fetches that found no slot: CPU
+    }
+  }
+  if (tid == 0) *a.n_fetch = n_got;
+  __syncthreads();
   if (tid < na) s.recency[base + active[tid]] = step;
   if (tid < a.count) {
     int i = 0;
@@ -154,13 +196,25 @@ __global__ void __launch_bounds__(k_threads)
     if (HYBRID) cpu[tid] = ids[tid] >= 0 && slot_of[i] < 0 ? ids[tid] : -1;
   }
   if constexpr (HYBRID) {
-    if (n_fetch < n_miss) {  // uniform: shared, written before the last barrier
+    if (n_got < n_miss) {  // uniform: shared, written before the last barrier
       __syncthreads();
       submit_job(a, h, cpu);
     } else if (tid == 0) {
       *h.share.pending = 0;
     }
   }
+}
+
+// The admissions' copies are done (stream order on the side stream): their slots become
+// ordinary LRU entries (usage = the current step) and leave the in-flight count.
+__global__ void admitted_kernel(SlotCacheState s, const int32_t* __restrict__ slot,
+                                const int32_t* __restrict__ count, int32_t* inflight) {
+  pdl_wait();
+  pdl_trigger();
+  const int n = *count;
+  const long long now = *reinterpret_cast<volatile long long*>(&s.counters[SC_STEP]);
+  for (int i = threadIdx.x; i < n; i += blockDim.x) s.usage[slot[i]] = now;
+  if (threadIdx.x == 0 && n > 0) atomicSub(inflight, n);
 }
 
 __global__ void reset_kernel(SlotCacheState s, int64_t n_ids) {
@@ -191,10 +245,17 @@ void slot_cache_ensure_hybrid(const SlotEnsureArgs& a, const HybridSplitArgs& h)
   const CpuShareArgs& sh = h.share;
   FT_CHECK(h.top_k > 0 && a.count % h.top_k == 0 && a.count <= sh.max_routes &&
                a.count / h.top_k <= sh.max_tokens && h.x && h.weights && sh.box && sh.seq &&
-               sh.pending && sh.cpu_experts && h.fetch_q16 >= 0 && h.fetch_q16 <= (1 << 16),
+               sh.pending && sh.cpu_experts && h.fetch_q16 >= 0 && h.fetch_q16 <= (1 << 16) &&
+               (h.max_inflight == 0 || (h.admit && h.admit_slot && h.n_admit && h.inflight)),
            "slot_cache_ensure_hybrid: {} routes of top-{} (mailbox: {} routes, {} tokens)",
            a.count, h.top_k, sh.max_routes, sh.max_tokens);
   launch_kernel(ensure_kernel<true>, dim3(1), dim3(k_threads), 0, a, h);
+}
+
+void slot_cache_admitted(const SlotCacheState& s, const int32_t* admit_slot,
+                         const int32_t* n_admit, int32_t* inflight) {
+  FT_CHECK(admit_slot && n_admit && inflight, "slot_cache_admitted: bad arguments");
+  launch_kernel(admitted_kernel, dim3(1), dim3(256), 0, s, admit_slot, n_admit, inflight);
 }
 
 void slot_cache_reset(const SlotCacheState& s, int64_t n_ids) {
