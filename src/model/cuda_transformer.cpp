@@ -538,26 +538,35 @@ void CudaTransformer::attention_block(int64_t l, std::span<const CudaSeqStep> st
     cuda::clamp(v, n * kvd, c_.clip_qkv);
   }
   const bool per_head = c_.qk_norm == QkNorm::PER_HEAD;
-  cuda::qk_rope_store({.q = q,
-                       .k = k,
-                       .v = v,
-                       .n = n,
-                       .n_heads = c_.n_heads,
-                       .n_kv_heads = c_.n_kv_heads,
-                       .head_dim = hd,
-                       .rot_dim = static_cast<int64_t>(rope_.inv_freq().size()) * 2,
-                       .interleaved = c_.rope.interleaved,
-                       .cos = cos_.as<float>(),
-                       .sin = sin_.as<float>(),
-                       .q_norm = per_head ? L.q_norm : nullptr,
-                       .k_norm = per_head ? L.k_norm : nullptr,
-                       .eps = c_.rms_eps,
-                       .pos = pos_.as<int32_t>(),
-                       .seq = seq_.as<int32_t>(),
-                       .seq_stride = seq_stride_,
-                       .k_cache = k_cache(0, l),
-                       .v_cache = v_cache(0, l),
-                       .kv_dtype = kv_dtype_});
+  const cuda::QkRopeArgs rope{.q = q,
+                              .k = k,
+                              .v = v,
+                              .n = n,
+                              .n_heads = c_.n_heads,
+                              .n_kv_heads = c_.n_kv_heads,
+                              .head_dim = hd,
+                              .rot_dim = static_cast<int64_t>(rope_.inv_freq().size()) * 2,
+                              .interleaved = c_.rope.interleaved,
+                              .cos = cos_.as<float>(),
+                              .sin = sin_.as<float>(),
+                              .q_norm = per_head ? L.q_norm : nullptr,
+                              .k_norm = per_head ? L.k_norm : nullptr,
+                              .eps = c_.rms_eps,
+                              .pos = pos_.as<int32_t>(),
+                              .seq = seq_.as<int32_t>(),
+                              .seq_stride = seq_stride_,
+                              .k_cache = k_cache(0, l),
+                              .v_cache = v_cache(0, l),
+                              .kv_dtype = kv_dtype_};
+  // Decode-sized passes: the attention kernel does qk_rope_store's work itself (one launch
+  // fewer per layer; a pass's tokens of one sequence are consecutive at consecutive positions,
+  // as the kernel needs). FT_FUSED_ROPE=0: the two launches, for A/B runs.
+  static const bool fuse_env = [] {
+    const char* e = std::getenv("FT_FUSED_ROPE");
+    return !e || std::strcmp(e, "0") != 0;
+  }();
+  const bool fused = small && fuse_env;
+  if (!fused) cuda::qk_rope_store(rope);
   const float scale = 1.f / std::sqrt(static_cast<float>(hd));
   if (small) {
     cuda::attention({.q = q,
@@ -577,7 +586,17 @@ void CudaTransformer::attention_block(int64_t l, std::span<const CudaSeqStep> st
                      .kv_dtype = kv_dtype_,
                      .split = attention_split(),
                      .sinks = L.sinks,
-                     .window = c_.window(l)});
+                     .window = c_.window(l),
+                     .rope = fused ? cuda::AttentionRope{.k = k,
+                                                         .v = v,
+                                                         .rot_dim = rope.rot_dim,
+                                                         .interleaved = rope.interleaved,
+                                                         .cos = rope.cos,
+                                                         .sin = rope.sin,
+                                                         .q_norm = rope.q_norm,
+                                                         .k_norm = rope.k_norm,
+                                                         .eps = rope.eps}
+                                   : cuda::AttentionRope{}});
     if (qg) cuda::attn_output_gate(att, qg, n, c_.n_heads, hd);
     tp_zero_residual(n);  // tensor parallel: ranks > 0 add only their partial
     const cuda::GemvOut o{.w = L.o, .y = x, .bias = L.o_bias, .accumulate = true};

@@ -314,11 +314,14 @@ std::string check_copy_progress() {
 }  // namespace
 
 std::vector<Check> attention_checks() {
-  return {{"attention/flash_bf16", check_flash_all},
-          {"attention/decode_bf16_split", [] { return check_decode(false); }},
-          {"attention/decode_bf16_window_sinks", [] { return check_decode(true); }},
-          {"attention/qk_rope_store_bf16", check_store_bf16},
-          {"host_experts/copy_progress", check_copy_progress}};
+  std::vector<Check> checks = {
+      {"attention/flash_bf16", check_flash_all},
+      {"attention/decode_bf16_split", [] { return check_decode(false); }},
+      {"attention/decode_bf16_window_sinks", [] { return check_decode(true); }},
+      {"attention/qk_rope_store_bf16", check_store_bf16},
+      {"host_experts/copy_progress", check_copy_progress}};
+  for (Check& c : rope_decode_checks()) checks.push_back(std::move(c));
+  return checks;
 }
 
 std::string flash_attention_benchmark() {

@@ -76,6 +76,9 @@ std::string attention_benchmark();
 // BF16 KV cache attention (flash prefill, flash-decoding), the bf16 cache store and
 // HostExperts::copy_of's progress (attention_checks.cpp); the flash vs TF32 prefill timing.
 std::vector<Check> attention_checks();
+// The decode kernel with qk_rope_store fused vs the two launches (rope_decode_checks.cpp; run as
+// part of attention_checks()).
+std::vector<Check> rope_decode_checks();
 std::string flash_attention_benchmark();
 
 // Decode tokens/s of CudaTransformer on a fixture after a prompt prefill (n_tokens steps).

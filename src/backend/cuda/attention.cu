@@ -245,6 +245,7 @@ void attention(const AttentionArgs& a) {
            "attention: bad shape (heads {}, kv heads {}, head_dim {})", a.n_heads, a.n_kv_heads,
            a.head_dim);
   if (a.n_tokens == 0) return;
+  if (a.rope.k) return attention_decode(a);  // qk_rope_store fused: the decode kernel only
   // BF16 caches, sinks, a window or a split: attention_decode.cu (decode-sized passes; f32 or
   // head dims FLASH lacks) or attention_flash.cu.
   const bool bf16 = a.kv_dtype == DType::BF16;

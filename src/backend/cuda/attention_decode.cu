@@ -8,11 +8,14 @@
 // them, so a step is one launch with a grid fixed by max_splits (graph-capturable; blocks past
 // the token's length exit at once). Per-token positions and sequences (pos/seq), optional
 // per-head sink logits and a sliding window. Before its PDL wait a block reads pos/seq and
-// prefetches its chunk's first K/V rows into L2, so the cache reads overlap qk_rope_store.
+// prefetches its chunk's first K/V rows into L2, so the cache reads overlap the previous kernel.
+// With AttentionArgs::rope the kernel also does qk_rope_store's work (q/k norm, rotation, the
+// new K/V rows), so a decode layer's attention is one launch after the QKV GEMV.
 #include <cuda_bf16.h>
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/qk_rope.cuh"
 
 namespace ft::cuda {
 
@@ -45,10 +48,25 @@ __device__ __forceinline__ void prefetch_rows(const T* k, const T* v, int64_t ld
 
 __device__ __forceinline__ float ld(const float* p) { return *p; }
 __device__ __forceinline__ float ld(const __nv_bfloat16* p) { return __bfloat162float(*p); }
+// A cache element from f32 (bf16: round to nearest even, as qk_rope_store stores it).
+template <typename T>
+__device__ __forceinline__ T to_elem(float x) {
+  if constexpr (sizeof(T) == 2)
+    return __float2bfloat16_rn(x);
+  else
+    return x;
+}
+
+// ROPE: the pass's tokens a (token, head) block may score keys of (one sequence's run).
+constexpr int k_run = static_cast<int>(k_gemv_max_tokens);
 
 // ---- kernels
-// T: cache element; DPL: head dims per lane (head_dim <= 32 * DPL).
-template <typename T, int DPL>
+// T: cache element; DPL: head dims per lane (head_dim <= 32 * DPL). ROPE (a.rope.k set): the
+// block first norms and rotates its q head (warp 0) and, when its chunk reaches the keys of the
+// pass's own tokens (the run of its sequence's tokens ending at t, at most k_run), warp 1 + f
+// does key f of the run (k norm + rotation, rounded to T) and its value into shared memory; the
+// block of the group's first head holding the chunk with pos stores the token's own K/V rows.
+template <typename T, int DPL, bool ROPE>
 __global__ void __launch_bounds__(32 * k_warps)
     decode_kernel(const __grid_constant__ AttentionArgs a) {
   const int64_t h = blockIdx.x, t = blockIdx.y, split = blockIdx.z;
@@ -68,6 +86,21 @@ __global__ void __launch_bounds__(32 * k_warps)
   const int64_t used = (len + chunk - 1) / chunk;
   const int64_t c0 = k_lo + split * chunk, c1 = min(k_hi, c0 + chunk);
   const int64_t cache0 = a.seq ? a.seq[t] * a.seq_stride : 0;
+  // ROPE: this token's run (tokens t - nf + 1 .. t of its sequence, keys fresh0 .. pos) and
+  // this warp's role; norm weights and cos/sin rows are loaded before the wait.
+  constexpr int C = (DPL + 1) / 2;  // rotation pairs per lane
+  int nf = 1;
+  if constexpr (ROPE)
+    while (nf < k_run && nf <= t && a.seq[t - nf] == a.seq[t] && a.pos[t - nf] == pos - nf) ++nf;
+  const int64_t fresh0 = pos - nf + 1;
+  const bool fresh = ROPE && split < used && c1 > fresh0;  // the chunk has keys of the run
+  const bool is_q = ROPE && warp == 0, is_k = fresh && warp >= 1 && warp <= nf;
+  float wr[ROPE ? DPL : 1], cs[ROPE ? C : 1], sn[ROPE ? C : 1];
+  if constexpr (ROPE) {
+    head_norm_weights(is_q ? a.rope.q_norm : is_k ? a.rope.k_norm : nullptr, hd, wr);
+    rope_cos_sin(a.rope.cos, a.rope.sin, is_q ? pos : fresh0 + warp - 1, a.rope.rot_dim,
+                 split < used && (is_q || is_k), cs, sn);
+  }
   if (split < used)  // the chunk's first K/V rows into L2 while the previous kernel runs
     prefetch_rows(static_cast<const T*>(a.k_cache) + cache0 + g * hd,
                   static_cast<const T*>(a.v_cache) + cache0 + g * hd, kv_dim, hd, c0,
@@ -75,12 +108,60 @@ __global__ void __launch_bounds__(32 * k_warps)
   pdl_wait();
   pdl_trigger();
   if (split >= used) return;  // a chunk past this token's keys
-  const float* q = a.q + t * q_dim + h * hd;
+  // ROPE: the q head (f32) and the run's keys and values (cache elements) in shared memory.
+  __shared__ float s_q[ROPE ? 32 * DPL : 1], s_stage[ROPE ? 1 + k_run : 1][ROPE ? 32 * DPL : 1];
+  __shared__ T s_kf[ROPE ? k_run : 1][ROPE ? 32 * DPL : 1],
+      s_vf[ROPE ? k_run : 1][ROPE ? 32 * DPL : 1];
+  if constexpr (ROPE) {
+    if (is_q || is_k) {
+      const int f = warp - 1;
+      const int64_t tf = t - (nf - 1 - f);  // is_k: the run's token whose key is f
+      const float* src = is_q ? a.q + t * q_dim + h * hd : a.rope.k + tf * kv_dim + g * hd;
+      float val[DPL];
+#pragma unroll
+      for (int j = 0; j < DPL; ++j) {
+        const int64_t d = lane + 32 * j;
+        val[j] = d < hd ? src[d] : 0.f;
+      }
+      // The token's own rows, stored by one block per (token, kv head).
+      const bool store =
+          is_k && f == nf - 1 && h % (a.n_heads / a.n_kv_heads) == 0 && split == used - 1;
+      const int64_t row = cache0 + pos * kv_dim + g * hd;
+      T* kc = store ? static_cast<T*>(const_cast<void*>(a.k_cache)) + row : nullptr;
+      const bool norm = (is_q ? a.rope.q_norm : a.rope.k_norm) != nullptr;
+      if (is_q)
+        head_norm_rope(val, wr, norm, a.rope.eps, hd, a.rope.rot_dim, a.rope.interleaved, cs, sn,
+                       s_stage[0], [&](int64_t d, float x) { s_q[d] = x; });
+      else
+        head_norm_rope(val, wr, norm, a.rope.eps, hd, a.rope.rot_dim, a.rope.interleaved, cs, sn,
+                       s_stage[warp], [&](int64_t d, float x) {
+                         const T e = to_elem<T>(x);
+                         s_kf[f][d] = e;
+                         if (kc) kc[d] = e;
+                       });
+      if (is_k) {
+        const float* vs = a.rope.v + tf * kv_dim + g * hd;
+        T* vc = store ? static_cast<T*>(const_cast<void*>(a.v_cache)) + row : nullptr;
+#pragma unroll
+        for (int j = 0; j < DPL; ++j) {
+          const int64_t d = lane + 32 * j;
+          if (d >= hd) continue;
+          const T e = to_elem<T>(vs[d]);
+          s_vf[f][d] = e;
+          if (vc) vc[d] = e;
+        }
+      }
+    }
+    __syncthreads();
+  }
   float qr[DPL], acc[DPL];
 #pragma unroll
   for (int j = 0; j < DPL; ++j) {
     const int64_t d = lane + 32 * j;
-    qr[j] = d < hd ? q[d] : 0.f;
+    if constexpr (ROPE)
+      qr[j] = d < hd ? s_q[d] : 0.f;
+    else
+      qr[j] = d < hd ? a.q[t * q_dim + h * hd + d] : 0.f;
     acc[j] = 0.f;
   }
   float m = -INFINITY, l = 0.f;
@@ -92,9 +173,12 @@ __global__ void __launch_bounds__(32 * k_warps)
 #pragma unroll
     for (int u = 0; u < KEYS; ++u) {
       s[u] = 0.f;
-      const bool in = key0 + u < c1;
-      const T* k = kb + (key0 + u) * kv_dim;
-      const T* v = vb + (key0 + u) * kv_dim;
+      const int64_t key = key0 + u;
+      const bool in = key < c1;
+      const T* k = kb + key * kv_dim;
+      const T* v = vb + key * kv_dim;
+      if constexpr (ROPE)  // a key of the pass: from shared memory, not the row being written
+        if (in && key >= fresh0) k = s_kf[key - fresh0], v = s_vf[key - fresh0];
 #pragma unroll
       for (int j = 0; j < DPL; ++j) {
         const int64_t d = lane + 32 * j;
@@ -202,7 +286,10 @@ template <typename T, int DPL>
 void launch(const AttentionArgs& a) {
   const unsigned splits = a.split.max_splits > 0 ? static_cast<unsigned>(a.split.max_splits) : 1u;
   const dim3 grid(static_cast<unsigned>(a.n_heads), static_cast<unsigned>(a.n_tokens), splits);
-  launch_kernel(decode_kernel<T, DPL>, grid, dim3(32 * k_warps), 0, a);
+  if (a.rope.k)
+    launch_kernel(decode_kernel<T, DPL, true>, grid, dim3(32 * k_warps), 0, a);
+  else
+    launch_kernel(decode_kernel<T, DPL, false>, grid, dim3(32 * k_warps), 0, a);
 }
 
 template <typename T>
@@ -231,9 +318,14 @@ void attention_decode(const AttentionArgs& a) {
            "attention_decode: bad shape (heads {}, kv heads {}, head_dim {})", a.n_heads,
            a.n_kv_heads, a.head_dim);
   FT_CHECK(a.split.max_splits == 0 || (a.split.partial && a.split.counters &&
-                                        a.split.max_splits <= k_attention_max_splits),
+                                       a.split.max_splits <= k_attention_max_splits),
            "attention_decode: a split needs its workspace and at most {} chunks",
            k_attention_max_splits);
+  FT_CHECK(!a.rope.k || (a.rope.v && a.pos && a.seq && a.n_tokens <= k_gemv_max_tokens &&
+                         a.rope.cos && a.rope.sin && a.rope.rot_dim > 0 &&
+                         a.rope.rot_dim % 2 == 0 && a.rope.rot_dim <= a.head_dim),
+           "attention_decode: bad fused rope (rot_dim {}, {} tokens, at most {})", a.rope.rot_dim,
+           a.n_tokens, k_gemv_max_tokens);
   if (a.n_tokens == 0) return;
   if (a.kv_dtype == DType::BF16)
     launch_t<__nv_bfloat16>(a);

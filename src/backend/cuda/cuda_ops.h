@@ -568,6 +568,24 @@ struct AttentionSplit {
 };
 int64_t attention_split_floats(int64_t n_tokens, int64_t n_heads, int64_t head_dim,
                                int64_t max_splits);
+// qk_rope_store's work fused into the decode kernel (attention_decode.cu): with k set, q is the
+// raw projection and the kernel applies the per-head q/k rmsnorm and the rotation itself (the
+// same arithmetic, qk_rope.cuh), stores each token's new K/V row at pos[t] into the caches
+// (k_cache / v_cache are written: one block per (token, kv head)) and scores the keys of the
+// pass's own tokens from shared memory instead of the rows being written. Needs pos and seq,
+// at most k_gemv_max_tokens tokens, and a sequence's tokens consecutive in the pass at
+// consecutive positions (as CudaTransformer lays a pass out). q and k are not written back.
+struct AttentionRope {
+  const float* k = nullptr;  // [n_tokens, n_kv_heads * head_dim] raw keys; null: not fused
+  const float* v = nullptr;  // [n_tokens, n_kv_heads * head_dim]
+  int64_t rot_dim = 0;
+  bool interleaved = false;
+  const float* cos = nullptr;  // [positions, rot_dim / 2]
+  const float* sin = nullptr;
+  const float* q_norm = nullptr;  // [head_dim] per-head rmsnorm weights or nullptr
+  const float* k_norm = nullptr;
+  float eps = 0.f;
+};
 // Per-token positions (PER_TOKEN only): pos [n] device (token t at pos[t], else pos0 + t) and
 // seq [n] device (token t's caches start seq[t] * seq_stride elements in; else 0): tokens of
 // several sequences in one launch.
@@ -587,6 +605,7 @@ struct AttentionArgs {
   AttentionSplit split = {};      // BF16 decode: flash-decoding when max_splits > 0
   const float* sinks = nullptr;   // BF16 kernels: [n_heads] sink logits (softmax only) or null
   int64_t window = 0;             // BF16 kernels: keys pos - window < key <= pos (0: all)
+  AttentionRope rope = {};        // decode with qk_rope_store fused (attention_decode.cu)
 };
 void attention(const AttentionArgs& a);
 // The BF16-cache kernels attention() dispatches to (checked there).

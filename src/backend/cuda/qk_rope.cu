@@ -1,10 +1,12 @@
 // qk_rope_store: per-head q/k rmsnorm + rotary embedding + K/V cache store in one launch, one
 // warp per (token, head); the head is staged in shared memory so rotation pairs can cross
-// lanes. Same arithmetic as rmsnorm.cu and rope.cu, in the same order.
+// lanes. Same arithmetic as rmsnorm.cu and rope.cu, in the same order (qk_rope.cuh, shared with
+// attention_decode.cu's fused decode path).
 #include <cuda_bf16.h>
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/qk_rope.cuh"
 
 namespace ft::cuda {
 
@@ -21,10 +23,11 @@ __device__ __forceinline__ void store_kv(void* row, int64_t d, float x, bool bf1
 }
 
 // ---- kernels
-// Units per token: n_heads q heads, then n_kv_heads k heads, then n_kv_heads v heads. A lane
-// holds dims lane + 32 j. The norm weights, position, sequence and cos/sin rows are loaded
-// before the dependency wait; after it, the head's values in one round of loads.
-__global__ void __launch_bounds__(32 * k_warps) qk_rope_kernel(const __grid_constant__ QkRopeArgs a) {
+// Units per token: n_heads q heads, then n_kv_heads k heads, then n_kv_heads v heads. The norm
+// weights, position, sequence and cos/sin rows are loaded before the dependency wait; after it,
+// the head's values in one round of loads (qk_rope.cuh does the norm and the rotation).
+__global__ void __launch_bounds__(32 * k_warps)
+    qk_rope_kernel(const __grid_constant__ QkRopeArgs a) {
   constexpr int P = k_max_head / 32, C = k_max_head / 64;  // dims / rotation pairs per lane
   __shared__ float buf[k_warps][k_max_head];
   const int64_t t = blockIdx.y;
@@ -36,23 +39,12 @@ __global__ void __launch_bounds__(32 * k_warps) qk_rope_kernel(const __grid_cons
   const bool is_v = unit >= a.n_heads + a.n_kv_heads;
   const float* w = is_q ? a.q_norm : is_v ? nullptr : a.k_norm;
   float wr[P];
-#pragma unroll
-  for (int j = 0; j < P; ++j) {
-    const int64_t d = lane + 32 * j;
-    wr[j] = valid && w && d < hd ? w[d] : 0.f;  // immutable: loaded before the wait
-  }
+  head_norm_weights(valid ? w : nullptr, hd, wr);  // immutable: loaded before the wait
   // pos / seq are host copies made before a pass's first kernel (the runtime never writes them
   // from a kernel), so they and the cos/sin rows are read before the wait too.
   const int64_t pos = valid ? a.pos[t] : 0, sq = valid ? a.seq[t] : 0;
-  const int64_t half = a.rot_dim / 2;
   float cs[C], sn[C];
-#pragma unroll
-  for (int j = 0; j < C; ++j) {
-    const int64_t i = lane + 32 * j;
-    const bool rot = valid && !is_v && i < half;
-    cs[j] = rot ? a.cos[pos * half + i] : 0.f;
-    sn[j] = rot ? a.sin[pos * half + i] : 0.f;
-  }
+  rope_cos_sin(a.cos, a.sin, pos, a.rot_dim, valid && !is_v, cs, sn);
   pdl_wait();
   pdl_trigger();
   if (!valid) return;
@@ -79,39 +71,11 @@ __global__ void __launch_bounds__(32 * k_warps) qk_rope_kernel(const __grid_cons
       if (lane + 32 * j < hd) store_kv(cache_row, lane + 32 * j, val[j], bf16);
     return;
   }
-  float* s = buf[threadIdx.y];
-  if (w) {
-    float ss = 0.f;
-#pragma unroll
-    for (int j = 0; j < P; ++j) ss += val[j] * val[j];
-    const float inv = rsqrtf(warp_sum(ss) / static_cast<float>(hd) + a.eps);
-#pragma unroll
-    for (int j = 0; j < P; ++j)
-      if (lane + 32 * j < hd) s[lane + 32 * j] = val[j] * inv * wr[j];
-  } else {
-#pragma unroll
-    for (int j = 0; j < P; ++j)
-      if (lane + 32 * j < hd) s[lane + 32 * j] = val[j];
-  }
-  __syncwarp();
-#pragma unroll
-  for (int j = 0; j < C; ++j) {
-    const int64_t i = lane + 32 * j;
-    if (i >= half) continue;
-    const int64_t ia = a.interleaved ? 2 * i : i, ib = a.interleaved ? 2 * i + 1 : i + half;
-    const float x1 = s[ia], x2 = s[ib];
-    const float ra = x1 * cs[j] - x2 * sn[j], rb = x2 * cs[j] + x1 * sn[j];
-    v[ia] = ra;
-    v[ib] = rb;
-    if (cache_row) store_kv(cache_row, ia, ra, bf16), store_kv(cache_row, ib, rb, bf16);
-  }
-#pragma unroll
-  for (int j = 0; j < P; ++j) {
-    const int64_t d = lane + 32 * j;
-    if (d < a.rot_dim || d >= hd) continue;
-    v[d] = s[d];
-    if (cache_row) store_kv(cache_row, d, s[d], bf16);
-  }
+  head_norm_rope(val, wr, w != nullptr, a.eps, hd, a.rot_dim, a.interleaved, cs, sn,
+                 buf[threadIdx.y], [&](int64_t d, float x) {
+                   v[d] = x;
+                   if (cache_row) store_kv(cache_row, d, x, bf16);
+                 });
 }
 }  // namespace
 
