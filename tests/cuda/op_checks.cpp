@@ -259,6 +259,11 @@ std::string check_route() {
         const int64_t n = 37;
         auto logits = randv(n * E, static_cast<uint32_t>(E + k), 2.f);
         logits[3] = logits[5];  // an exact tie: the lower index wins
+        // Ties of the max across slots: expert 5 (lane 5) vs 36 (lane 4), 8 vs 40 (one lane),
+        // and a row of equal logits (ids 0..k-1): the lower index wins, not the lower lane.
+        for (int64_t e = 0; e < E; ++e) logits[E + e] = 0.5f;
+        if (E > 36) logits[2 * E + 5] = logits[2 * E + 36] = 9.f;
+        if (E > 40) logits[3 * E + 40] = logits[3 * E + 8] = 9.f;
         DeviceBuffer dl = up(logits), dids(n * k * 4), dw(n * k * 4);
         cuda::route_topk_softmax(dl.as<float>(), n, E, k, renorm, dids.as<int32_t>(),
                                  dw.as<float>());

@@ -48,6 +48,9 @@ struct GemvParams {
 
 // Largest shared-memory staging of normalised x (NT rows of cols floats).
 constexpr int64_t k_gemv_norm_smem = 48 * 1024;
+// Norm weights per thread held in registers from before the dependency wait (columns past
+// k_gemv_norm_regs * 256 are loaded after it): 8 cover a hidden size of 2048.
+constexpr int k_gemv_norm_regs = 8;
 
 // Row groups (k_gemv_rows rows of one matrix) in a block: group g of matrix m (block0[m] <=
 // g < block0[m + 1]) and this warp's row in it.
@@ -79,13 +82,20 @@ __global__ void __launch_bounds__(32 * k_gemv_rows)
     if (at.row < p.rows[at.m])
       dot_load(static_cast<const W*>(p.w[at.m]) + at.row * p.cols, p.cols,
                int64_t{threadIdx.x} * k_vec<W>, pre);
+  // The norm weights (immutable) of this thread's first columns, also before the wait.
+  const int tid = threadIdx.y * 32 + threadIdx.x;
+  float nw[k_gemv_norm_regs];
+#pragma unroll
+  for (int r = 0; r < k_gemv_norm_regs; ++r) {
+    const int64_t i = tid + int64_t{r} * 32 * k_gemv_rows;
+    nw[r] = p.norm && i < p.cols ? p.norm[i] : 0.f;
+  }
   pdl_wait();
   pdl_trigger();
   const float* x = p.x;
   if (p.norm) {  // the rmsnorm of x, as rmsnorm.cu computes it, staged for the block
     float* xs = reinterpret_cast<float*>(xs_raw);
     __shared__ float part[k_gemv_rows][NT];
-    const int tid = threadIdx.y * 32 + threadIdx.x;
     float ss[NT];
 #pragma unroll
     for (int t = 0; t < NT; ++t) {
@@ -108,12 +118,21 @@ __global__ void __launch_bounds__(32 * k_gemv_rows)
       inv[t] = rsqrtf(tot / static_cast<float>(p.cols) + p.eps);
     }
 #pragma unroll
-    for (int t = 0; t < NT; ++t)
-      for (int64_t i = tid; i < p.cols; i += 32 * k_gemv_rows) {
-        const float v = xs[t * p.cols + i] * inv[t] * p.norm[i];
+    for (int t = 0; t < NT; ++t) {
+      auto put = [&](int64_t i, float w) {
+        const float v = xs[t * p.cols + i] * inv[t] * w;
         xs[t * p.cols + i] = v;
         if (blockIdx.x == 0 && p.x_out) p.x_out[t * p.cols + i] = v;
+      };
+#pragma unroll
+      for (int r = 0; r < k_gemv_norm_regs; ++r) {
+        const int64_t i = tid + int64_t{r} * 32 * k_gemv_rows;
+        if (i < p.cols) put(i, nw[r]);
       }
+      for (int64_t i = tid + int64_t{k_gemv_norm_regs} * 32 * k_gemv_rows; i < p.cols;
+           i += 32 * k_gemv_rows)
+        put(i, p.norm[i]);
+    }
     __syncthreads();
     x = xs;
   } else if (p.stage) {  // activations from shared memory, not re-read through L1/L2 per row
