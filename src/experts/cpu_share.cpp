@@ -102,6 +102,7 @@ void CpuShare::loop() {
     }
     seen = r;
     nap_us = 0;
+    std::atomic_ref<uint64_t>(head->started).store(r, std::memory_order_relaxed);
     const auto t0 = clock::now();
     const int64_t n = head->n_tokens, routes = head->routes;
     try {
@@ -124,7 +125,14 @@ void CpuShare::loop() {
 void CpuShare::check() const {
   const auto* head = static_cast<const cuda::CpuShareHeader*>(box_.data());
   const uint64_t e = std::atomic_ref<uint64_t>(const_cast<uint64_t&>(head->error)).load(std::memory_order_acquire);
-  if (e == 2) fail("hybrid decode: the CPU share did not answer within {} s", args_.timeout_ns / 1e9);
+  auto word = [&](const uint64_t& w) {
+    return std::atomic_ref<uint64_t>(const_cast<uint64_t&>(w)).load(std::memory_order_acquire);
+  };
+  if (e == 2)
+    fail("hybrid decode: the CPU share did not answer job {} within {} s (mailbox: ready {}, "
+         "taken {}, done {}; {} jobs done)",
+         word(head->waited), args_.timeout_ns / 1e9, word(head->ready), word(head->started),
+         word(head->done), jobs_.load());
   if (e != 0) fail("hybrid decode: the CPU share failed (see the log)");
 }
 

@@ -37,6 +37,8 @@ __global__ void __launch_bounds__(k_threads) collect_kernel(const __grid_constan
     bool good = true;
     while (load_acquire_sys(&head->done) < want) {
       if (global_ns() - t0 > static_cast<uint64_t>(s.timeout_ns)) {
+        *reinterpret_cast<volatile uint64_t*>(&head->waited) = want;
+        __threadfence_system();
         *reinterpret_cast<volatile uint64_t*>(&head->error) = 2;
         good = false;
         break;

@@ -23,7 +23,10 @@ struct CpuShareHeader {
   uint64_t done;   // host: the seq of the last job whose y is complete (written last)
   uint64_t error;  // host: a job failed (1); device: the wait timed out (2)
   int32_t layer, n_tokens, routes, pad;
+  uint64_t started;  // host: the seq of the job it took last (diagnostics)
+  uint64_t waited;   // device: the seq a timed-out wait wanted (diagnostics)
 };
+static_assert(sizeof(CpuShareHeader) <= 64);
 constexpr size_t k_cpu_share_header = 64;  // the header's bytes, padded (16-byte aligned data)
 inline size_t cpu_share_box_bytes(int64_t max_routes, int64_t max_tokens, int64_t hidden) {
   return k_cpu_share_header + 8 * static_cast<size_t>(max_routes) +
