@@ -55,7 +55,7 @@ CpuShare::CpuShare(const HostExperts& host, int64_t top_k, int64_t max_tokens, i
       top_k_(top_k),
       box_(cuda::cpu_share_box_bytes(max_tokens * top_k, max_tokens, host.hidden)),
       state_(3 * sizeof(int64_t)),
-      pool_(threads, false) {
+      pool_(threads, false, 2'000'000) {  // awake between a decode step's jobs
   std::memset(box_.data(), 0, box_.bytes());
   const int64_t zero[3] = {0, 0, 0};
   state_.upload(zero, sizeof(zero));
@@ -122,9 +122,11 @@ void CpuShare::loop() {
   }
 }
 
-void CpuShare::check() const {
+void CpuShare::check() {
   const auto* head = static_cast<const cuda::CpuShareHeader*>(box_.data());
-  const uint64_t e = std::atomic_ref<uint64_t>(const_cast<uint64_t&>(head->error)).load(std::memory_order_acquire);
+  // Not sticky: the step that saw it fails, later ones get their own verdict.
+  const uint64_t e =
+      std::atomic_ref<uint64_t>(const_cast<uint64_t&>(head->error)).exchange(0, std::memory_order_acq_rel);
   auto word = [&](const uint64_t& w) {
     return std::atomic_ref<uint64_t>(const_cast<uint64_t&>(w)).load(std::memory_order_acquire);
   };

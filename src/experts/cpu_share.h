@@ -44,8 +44,9 @@ class CpuShare {
   CpuShare& operator=(const CpuShare&) = delete;
 
   cuda::CpuShareArgs args() const { return args_; }
-  // After a step: throws ft::Error if a job failed on the CPU or the device stopped waiting.
-  void check() const;
+  // After a step: throws ft::Error if a job failed on the CPU or the device stopped waiting
+  // (and clears the verdict for the next step).
+  void check();
   double cpu_seconds() const { return static_cast<double>(ns_.load()) * 1e-9; }
   int64_t jobs() const { return jobs_.load(); }
   // Distinct experts left to the CPU so far (the device counter: a synchronising copy).

@@ -46,8 +46,10 @@ __device__ void submit_job(const SlotEnsureArgs& a, const HybridSplitArgs& h, co
     head->layer = static_cast<int32_t>(a.layer);
     head->n_tokens = static_cast<int32_t>(n);
     head->routes = static_cast<int32_t>(a.count);
+    // The doorbell as a system-scope release, then a fence so it leaves the GPU now rather
+    // than at the kernel's end.
+    asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(&head->ready), "l"(seq) : "memory");
     __threadfence_system();
-    *reinterpret_cast<volatile uint64_t*>(&head->ready) = seq;
     *sh.pending = seq;
   }
 }
