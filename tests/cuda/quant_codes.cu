@@ -37,7 +37,7 @@ cuda::XUnit x_unit(const float* x, int64_t u, double* xr) {
   return xu;
 }
 
-// dot32 over the row at alignment A: the row copied to every A-aligned offset from a 16-byte
+// dot_units (dot32, or the format's unit groups) over the row at alignment A: the row copied to every A-aligned offset from a 16-byte
 // boundary (A = 1: the funnel path at every misalignment), against the f64 dot.
 template <class F, int A>
 void check_dot32(const uint8_t* row, const float* x, const float* w, int64_t cols, CodesResult& res) {
@@ -49,15 +49,20 @@ void check_dot32(const uint8_t* row, const float* x, const float* w, int64_t col
     uint8_t* base = buf.data() + ((16 - reinterpret_cast<uintptr_t>(buf.data()) % 16) % 16) + shift;
     std::memcpy(base, row, bytes);
     double got = 0, want = 0, mag = 0;
-    for (int64_t u = 0; u < cols / 32; ++u) {
-      double xr[32];
-      const cuda::XUnit xu = x_unit<F>(x, u, xr);
-      const int64_t blk = F::kElems >= 32 ? u / upb : 2 * u;
-      got += cuda::dot32<F, A>(base + blk * bb, static_cast<int>(u % upb), xu);
-      for (int i = 0; i < 32; ++i) {
-        want += double(w[32 * u + i]) * xr[i];
-        mag += std::fabs(double(w[32 * u + i]) * xr[i]);
+    constexpr int G = cuda::unit_group<F>();  // units dotted at once (dot_units)
+    for (int64_t u = 0; u < cols / 32; u += G) {
+      cuda::XUnit xu[G];
+      for (int k = 0; k < G; ++k) {
+        double xr[32];
+        xu[k] = x_unit<F>(x, u + k, xr);
+        for (int i = 0; i < 32; ++i) {
+          want += double(w[32 * (u + k) + i]) * xr[i];
+          mag += std::fabs(double(w[32 * (u + k) + i]) * xr[i]);
+        }
       }
+      const int64_t blk = F::kElems >= 32 ? u / upb : 2 * u;
+      auto xk = [&](int k) { return xu[k]; };
+      got += cuda::dot_units<F, A>(base + blk * bb, static_cast<int>(u % upb), xk, cuda::tables<F>(0));
     }
     res.dot32 = got, res.dot32_acts = want;
     res.dot32_err = std::max(res.dot32_err, std::fabs(got - want) / (mag > 0 ? mag : 1.0));

@@ -1,5 +1,7 @@
-// dot32<F, A>: one 32-element unit of a quantized row dotted with int8 activations, the inner
-// step of the one-token streaming GEMV (quant_gemv_stream.cu). A unit is elements [32u, 32u + 32)
+// dot_units<F, A>: a lane's group of 32-element units of a quantized row dotted with int8
+// activations (dot32<F, A>: one unit), the inner step of the one-token streaming GEMV
+// (quant_gemv_stream.cu); a group is 1 unit, or the 2 or 4 sub-blocks of a K-quant block that
+// share its code bytes (Group<F>, unit_group<F>). A unit is elements [32u, 32u + 32)
 // of the row: one block of the 32-element formats, sub-block s of the 256-element ones, two
 // NVFP4 blocks. The activations come per unit as 8 words of int8 codes with the scales of its
 // two halves and their scaled code sums (XUnit), in the byte order the format's
@@ -7,8 +9,8 @@
 // with one byte permute, so their codes arrive as (low, high) nibble pairs and the activations
 // are stored in that order instead of re-interleaving the weights. A: the alignment the
 // block's address is known to have (16, 8, 4, or 1 for any), chosen per chunk by the kernel.
-// Host-callable (prmt, funnel shift and dp4a emulated): quant_codes_test checks every format
-// against the reference dequant on the CPU.
+// Host-callable (prmt, funnel shift and dp4a emulated): quant_codes_test checks every format's
+// groups against the reference dequant on the CPU.
 #pragma once
 #include "backend/cuda/quant_device.cuh"
 
@@ -116,56 +118,36 @@ FT_QD uint32_t hi16(uint32_t w) {
   return w >> 16;
 #endif
 }
+// A format's byte-permute tables as values the compiler cannot see are constant, made once per
+// kernel (tables<F>(z) with z a runtime 0): with a known constant as its table operand, ptxas
+// lets each permute overwrite the register holding it and re-materializes the constant before
+// the next one (measured in the sm_90 SASS: one extra MOV per permute, 16 per MXFP4 unit).
+struct Tables {
+  uint32_t t0, t1, t2, t3;
+};
 // Over w's 8 nibbles (byte order lo, hi per byte) with the codes q0 (w's low half-word) and q1
-// (its high one): pos += sum over the non-negative entries, all += sum over |entries|.
-FT_QD void e2m1_dot(uint32_t w, uint32_t q0, uint32_t q1, int& pos, int& all) {
-  const uint32_t m7 = w & 0x77777777u;
-  pos = dot_u8s8(prmt_s(k_e2m1_mag0, k_e2m1_mag1, w), q0, pos);
-  pos = dot_u8s8(prmt_s(k_e2m1_mag0, k_e2m1_mag1, hi16(w)), q1, pos);
-  all = dot_u8s8(prmt_s(k_e2m1_mag0, k_e2m1_mag1, m7), q0, all);
-  all = dot_u8s8(prmt_s(k_e2m1_mag0, k_e2m1_mag1, hi16(m7)), q1, all);
+// (its high one): pos += sum over the non-negative entries, all += sum over |entries|. tb:
+// k_e2m1_mag0, k_e2m1_mag1.
+FT_QD void e2m1_dot(const Tables& tb, uint32_t w, uint32_t q0, uint32_t q1, int& pos, int& all) {
+  const uint32_t m7 = w & 0x77777777u, mag0 = tb.t0, mag1 = tb.t1;
+  pos = dot_u8s8(prmt_s(mag0, mag1, w), q0, pos);
+  pos = dot_u8s8(prmt_s(mag0, mag1, hi16(w)), q1, pos);
+  all = dot_u8s8(prmt_s(mag0, mag1, m7), q0, all);
+  all = dot_u8s8(prmt_s(mag0, mag1, hi16(m7)), q1, all);
 }
 // IQ4_NL's table (biased +128 to bytes) is not symmetric: entries 0..7 and 8..15 look up
 // separately and bit 3 of each nibble picks, through a byte mask made by prmt's replicate
-// mode from the nibbles' bit 3 (shifted to a byte's top bit).
-FT_QD int iq4_dot(uint32_t w, uint32_t q0, uint32_t q1, int acc) {
+// mode from the nibbles' bit 3 (shifted to a byte's top bit). tb: k_iq4_w0 .. k_iq4_w3.
+FT_QD int iq4_dot(const Tables& tb, uint32_t w, uint32_t q0, uint32_t q1, int acc) {
   const uint32_t m7 = w & 0x77777777u, w4 = w << 4;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const uint32_t s = h ? hi16(m7) : m7;
-    const uint32_t lo = prmt_s(k_iq4_w0, k_iq4_w1, s), hi = prmt_s(k_iq4_w2, k_iq4_w3, s);
+    const uint32_t lo = prmt_s(tb.t0, tb.t1, s), hi = prmt_s(tb.t2, tb.t3, s);
     const uint32_t mask = prmt_s(w4, w, h ? 0xfbeau : 0xd9c8u);  // 0xff where bit 3 is set
     acc = dot_u8s8((hi & mask) | (lo & ~mask), h ? q1 : q0, acc);
   }
   return acc;
-}
-
-// Q4_K / Q5_K sub-block j's 6-bit scale and min from the scale words a, b, c (bytes 0..11).
-FT_QD void k4_words_sm(int j, uint32_t a, uint32_t b, uint32_t c, int& sc, int& mn) {
-  const uint32_t sh = 8u * static_cast<uint32_t>(j & 3);
-  const uint32_t A = a >> sh, B = b >> sh, C = c >> sh;
-  if (j < 4) {
-    sc = static_cast<int>(A & 63u), mn = static_cast<int>(B & 63u);
-  } else {
-    sc = static_cast<int>((C & 15u) | ((A >> 2) & 48u));
-    mn = static_cast<int>(((C >> 4) & 15u) | ((B >> 2) & 48u));
-  }
-}
-// Q4_K / Q5_K sub-block s from its code sums (su0, su1: the unit's halves) and the block's head
-// words h (d | dmin << 16, then the 12 scale bytes): d sc (dx0 su0 + dx1 su1) - dmin mn sum(x).
-FT_QD float k4_unit(const uint32_t (&h)[4], int s, int su0, int su1, const XUnit& x) {
-  int sc, mn;
-  k4_words_sm(s, h[1], h[2], h[3], sc, mn);
-  const float d = h2f(static_cast<uint16_t>(h[0])), dmin = h2f(static_cast<uint16_t>(h[0] >> 16));
-  return fmaf(d * i2f(sc), fmaf(x.dx0, i2f(su0), x.dx1 * i2f(su1)), -dmin * i2f(mn) * (x.s0 + x.s1));
-}
-// Low/high half (16 elements each) sums of u[k] . q[k].
-FT_QD void dot_halves(const uint32_t (&u)[8], const XUnit& x, int& su0, int& su1) {
-  su0 = 0, su1 = 0;
-#pragma unroll
-  for (int k = 0; k < 4; ++k) su0 = dot_u8s8(u[k], x.q[k], su0);
-#pragma unroll
-  for (int k = 4; k < 8; ++k) su1 = dot_u8s8(u[k], x.q[k], su1);
 }
 
 // Q4_0 / Q4_1's 16 bytes of nibble pairs (w[0..4)): lo = the low nibbles (elements 0..15) and
@@ -188,7 +170,7 @@ struct Dot32;
 template <>
 struct Dot32<Q4_0> {
   template <int A>
-  static FT_QD float dot(const uint8_t* p, int, const XUnit& x) {
+  static FT_QD float dot(const uint8_t* p, int, const XUnit& x, const Tables&) {
     uint32_t w[4];
     ldw<4, 1>(p + 2, w);  // 18-byte blocks
     int lo, hi;
@@ -200,7 +182,7 @@ struct Dot32<Q4_0> {
 template <>
 struct Dot32<Q4_1> {
   template <int A>
-  static FT_QD float dot(const uint8_t* p, int, const XUnit& x) {
+  static FT_QD float dot(const uint8_t* p, int, const XUnit& x, const Tables&) {
     uint32_t w[5];
     ldw<5, A>(p, w);  // d | m << 16, then qs
     int lo, hi;
@@ -212,7 +194,7 @@ struct Dot32<Q4_1> {
 template <>
 struct Dot32<Q8_0> {
   template <int A>
-  static FT_QD float dot(const uint8_t* p, int, const XUnit& x) {
+  static FT_QD float dot(const uint8_t* p, int, const XUnit& x, const Tables&) {
     uint32_t w[8];
     ldw<8, 1>(p + 2, w);  // 34-byte blocks
     int su0 = 0, su1 = 0;
@@ -227,24 +209,24 @@ struct Dot32<Q8_0> {
 template <>
 struct Dot32<IQ4_NL> {
   template <int A>
-  static FT_QD float dot(const uint8_t* p, int, const XUnit& x) {
+  static FT_QD float dot(const uint8_t* p, int, const XUnit& x, const Tables& tb) {
     uint32_t w[4];
     ldw<4, 1>(p + 2, w);
     int su = 0;
 #pragma unroll
-    for (int k = 0; k < 4; ++k) su = iq4_dot(w[k], x.q[2 * k], x.q[2 * k + 1], su);
+    for (int k = 0; k < 4; ++k) su = iq4_dot(tb, w[k], x.q[2 * k], x.q[2 * k + 1], su);
     return h2f(static_cast<uint16_t>(ld16<A>(p))) * fmaf(x.dx0, i2f(su), -128.f * (x.s0 + x.s1));
   }
 };
 template <>
 struct Dot32<MXFP4> {
   template <int A>
-  static FT_QD float dot(const uint8_t* p, int, const XUnit& x) {
+  static FT_QD float dot(const uint8_t* p, int, const XUnit& x, const Tables& tb) {
     uint32_t w[4];
     ldw<4, 1>(p + 1, w);  // 17-byte blocks
     int pos = 0, all = 0;
 #pragma unroll
-    for (int k = 0; k < 4; ++k) e2m1_dot(w[k], x.q[2 * k], x.q[2 * k + 1], pos, all);
+    for (int k = 0; k < 4; ++k) e2m1_dot(tb, w[k], x.q[2 * k], x.q[2 * k + 1], pos, all);
     // 0.5 * 2^(e - 127) (e < 2: denormals); e = 255 (NaN) no quantizer writes
     const uint32_t e = p[0];
     return bits_f32(e > 1 ? (e - 1) << 23 : 0x00200000u << e) * x.dx0 * i2f(2 * pos - all);
@@ -253,135 +235,240 @@ struct Dot32<MXFP4> {
 template <>
 struct Dot32<NVFP4> {
   template <int A>
-  static FT_QD float dot(const uint8_t* p, int, const XUnit& x) {
+  static FT_QD float dot(const uint8_t* p, int, const XUnit& x, const Tables& tb) {
     float acc = 0.f;
 #pragma unroll
     for (int b = 0; b < 2; ++b) {  // two 9-byte blocks: scale byte, 8 bytes of nibble pairs
       uint32_t w[2];
       ldw<2, 1>(p + 9 * b + 1, w);
       int pos = 0, all = 0;
-      e2m1_dot(w[0], x.q[4 * b], x.q[4 * b + 1], pos, all);
-      e2m1_dot(w[1], x.q[4 * b + 2], x.q[4 * b + 3], pos, all);
+      e2m1_dot(tb, w[0], x.q[4 * b], x.q[4 * b + 1], pos, all);
+      e2m1_dot(tb, w[1], x.q[4 * b + 2], x.q[4 * b + 3], pos, all);
       acc = fmaf(0.5f * e4m3_f32(p[9 * b]) * (b ? x.dx1 : x.dx0), i2f(2 * pos - all), acc);
     }
     return acc;
   }
 };
 template <>
-struct Dot32<Q4_K> {
-  template <int A>
-  static FT_QD float dot(const uint8_t* p, int s, const XUnit& x) {
-    const int c = s >> 1, nib = s & 1;
-    uint32_t h[4], w[8];
-    ldw<4, A>(p, h);  // d | dmin << 16, scales
-    ldw<8, A>(p + 16 + 32 * c, w);
-    const uint32_t mask = nib ? 0xf0f0f0f0u : 0x0f0f0f0fu;
-    int su0 = 0, su1 = 0;
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      su0 = dot_u8s8(w[k] & mask, x.q[k], su0);
-      su1 = dot_u8s8(w[4 + k] & mask, x.q[4 + k], su1);
-    }
-    su0 >>= 4 * nib, su1 >>= 4 * nib;
-    return k4_unit(h, s, su0, su1, x);
-  }
-};
-template <>
-struct Dot32<Q5_K> {
-  template <int A>
-  static FT_QD float dot(const uint8_t* p, int s, const XUnit& x) {
-    const int c = s >> 1, nib = s & 1;
-    uint32_t h[4], qh[8], w[8];
-    ldw<4, A>(p, h);
-    ldw<8, A>(p + 16, qh);
-    ldw<8, A>(p + 48 + 32 * c, w);
-    uint32_t u[8];
-#pragma unroll
-    for (int k = 0; k < 8; ++k)
-      u[k] = ((w[k] >> (4 * nib)) & 0x0f0f0f0fu) | (((qh[k] >> s) & 0x01010101u) << 4);
-    int su0, su1;
-    dot_halves(u, x, su0, su1);
-    return k4_unit(h, s, su0, su1, x);
-  }
-};
-template <>
-struct Dot32<Q6_K> {
-  template <int A>
-  static FT_QD float dot(const uint8_t* p, int s, const XUnit& x) {
-    const int n = s >> 2, j = s & 3;
-    uint32_t ql[8], qh[8], u[8];
-    ldw<8, 1>(p + 64 * n + 32 * (j & 1), ql);  // 210-byte blocks
-    ldw<8, 1>(p + 128 + 32 * n, qh);
-#pragma unroll
-    for (int k = 0; k < 8; ++k)
-      u[k] = ((ql[k] >> (4 * (j >> 1))) & 0x0f0f0f0fu) | (((qh[k] >> (2 * j)) & 0x03030303u) << 4);
-    int su0, su1;
-    dot_halves(u, x, su0, su1);
-    const int g = 8 * n + 2 * j;
-    const float sc0 = i2f(static_cast<int8_t>(p[192 + g])), sc1 = i2f(static_cast<int8_t>(p[193 + g]));
-    const float r = sc0 * fmaf(x.dx0, i2f(su0), -32.f * x.s0) + sc1 * fmaf(x.dx1, i2f(su1), -32.f * x.s1);
-    return h2f(static_cast<uint16_t>(ld16<A>(p + 208))) * r;
-  }
-};
-template <>
-struct Dot32<Q2_K> {
-  template <int A>
-  static FT_QD float dot(const uint8_t* p, int s, const XUnit& x) {
-    const int n = s >> 2, j = s & 3;
-    uint32_t q[8], u[8];
-    ldw<8, A>(p + 16 + 32 * n, q);
-#pragma unroll
-    for (int k = 0; k < 8; ++k) u[k] = (q[k] >> (2 * j)) & 0x03030303u;
-    int su0, su1;
-    dot_halves(u, x, su0, su1);
-    const int g = 8 * n + 2 * j;
-    const uint32_t sc0 = p[g], sc1 = p[g + 1];
-    const float d = h2f(static_cast<uint16_t>(ld16<A>(p + 80))), dmin = h2f(static_cast<uint16_t>(ld16<A>(p + 82)));
-    const float r = i2f(static_cast<int>(sc0 & 15u)) * x.dx0 * i2f(su0) +
-                    i2f(static_cast<int>(sc1 & 15u)) * x.dx1 * i2f(su1);
-    const float mn = i2f(static_cast<int>(sc0 >> 4)) * x.s0 + i2f(static_cast<int>(sc1 >> 4)) * x.s1;
-    return fmaf(d, r, -dmin * mn);
-  }
-};
-template <>
-struct Dot32<Q3_K> {
-  template <int A>
-  static FT_QD float dot(const uint8_t* p, int s, const XUnit& x) {
-    const int n = s >> 2, j = s & 3;
-    uint32_t q[8], hm[8], u[8];
-    ldw<8, 1>(p + 32 + 32 * n, q);  // 110-byte blocks
-    ldw<8, 1>(p, hm);
-    const int hb = 4 * n + j;
-#pragma unroll
-    for (int k = 0; k < 8; ++k)
-      u[k] = ((q[k] >> (2 * j)) & 0x03030303u) | (((hm[k] >> hb) & 0x01010101u) << 2);
-    int su0, su1;
-    dot_halves(u, x, su0, su1);
-    const int g = 8 * n + 2 * j;
-    const float sc0 = i2f(k3_scale(g, p + 96)), sc1 = i2f(k3_scale(g + 1, p + 96));
-    const float r = sc0 * fmaf(x.dx0, i2f(su0), -4.f * x.s0) + sc1 * fmaf(x.dx1, i2f(su1), -4.f * x.s1);
-    return h2f(static_cast<uint16_t>(ld16<A>(p + 108))) * r;
-  }
-};
-template <>
 struct Dot32<IQ4_XS> {
   template <int A>
-  static FT_QD float dot(const uint8_t* p, int s, const XUnit& x) {
+  static FT_QD float dot(const uint8_t* p, int s, const XUnit& x, const Tables& tb) {
     uint32_t h[2], w[4];
     ldw<2, A>(p, h);  // d | scales_h << 16, scales_l
     ldw<4, A>(p + 8 + 16 * s, w);
     int su = 0;
 #pragma unroll
-    for (int k = 0; k < 4; ++k) su = iq4_dot(w[k], x.q[2 * k], x.q[2 * k + 1], su);
+    for (int k = 0; k < 4; ++k) su = iq4_dot(tb, w[k], x.q[2 * k], x.q[2 * k + 1], su);
     const int ls = static_cast<int>(((h[1] >> (4 * s)) & 15u) | (((h[0] >> (16 + 2 * s)) & 3u) << 4)) - 32;
     return h2f(static_cast<uint16_t>(h[0])) * i2f(ls) * fmaf(x.dx0, i2f(su), -128.f * (x.s0 + x.s1));
   }
 };
 
 template <class F, int A>
-FT_QD float dot32(const uint8_t* p, int s, const XUnit& x) {
-  return Dot32<F>::template dot<A>(p, s, x);
+FT_QD float dot32(const uint8_t* p, int s, const XUnit& x, const Tables& tb) {
+  return Dot32<F>::template dot<A>(p, s, x, tb);
 }
+
+// ---- unit groups: a lane takes Group<F>::kG consecutive units of one block at once, so the
+// loads they share (the K-quants' code bytes that hold 2 or 4 sub-blocks' bits, their block
+// header and scales) are read and decoded once; dot<A>(p, s, x, tb) sums units s .. s + kG - 1
+// (s a multiple of kG) with their activations x(0) .. x(kG - 1) (an accessor: the kernel loads
+// each from shared memory where it is used, so the group's units are not all live at once).
+// One unit (Dot32) for the other formats.
+template <class F>
+struct Group {
+  static constexpr int kG = 1;
+  template <int A, class X>
+  static FT_QD float dot(const uint8_t* p, int s, const X& x, const Tables& tb) {
+    return Dot32<F>::template dot<A>(p, s, x(0), tb);
+  }
+};
+template <class F>
+FT_QD Tables tables(uint32_t z) {
+  if constexpr (std::is_same_v<F, MXFP4> || std::is_same_v<F, NVFP4>)
+    return {k_e2m1_mag0 | z, k_e2m1_mag1 | z, 0, 0};
+  if constexpr (std::is_same_v<F, IQ4_NL> || std::is_same_v<F, IQ4_XS>)
+    return {k_iq4_w0 | z, k_iq4_w1 | z, k_iq4_w2 | z, k_iq4_w3 | z};
+  return {0, 0, 0, 0};
+}
+template <class F>
+constexpr int unit_group() {
+  return Group<F>::kG;
+}
+template <class F, int A, class X>
+FT_QD float dot_units(const uint8_t* p, int s, const X& x, const Tables& tb) {
+  return Group<F>::template dot<A>(p, s, x, tb);
+}
+
+// Byte k of w (unsigned) as f32, plus `bias` (exact for small values): the byte in a float's
+// mantissa at 2^23 (one PRMT and an FADD).
+FT_QD float byte_fb(uint32_t w, int k, float bias) {
+  return bits_f32(prmt(w, 0x4B00u, 0x5440u | static_cast<uint32_t>(k))) - (8388608.f - bias);
+}
+// Unit sums: the low (elements 0..15) and high (16..31) halves of u[k] . x.q[k].
+FT_QD void dot_halves(const uint32_t (&u)[8], const XUnit& x, int& su0, int& su1) {
+  su0 = 0, su1 = 0;
+#pragma unroll
+  for (int k = 0; k < 4; ++k) su0 = dot_u8s8(u[k], x.q[k], su0);
+#pragma unroll
+  for (int k = 4; k < 8; ++k) su1 = dot_u8s8(u[k], x.q[k], su1);
+}
+
+// Q4_K / Q5_K sub-blocks s and s + 1 (s even) from their halves' code sums a (unit s) and b
+// (unit s + 1, times 1 / bs) and the block's head words h (d | dmin << 16, the 12 scale bytes):
+// d (sc_s (dx0 a0 + dx1 a1) + sc_s+1 (...)) - dmin (mn_s sum(x_s) + mn_s+1 sum(x_s+1)). The
+// 6-bit scales and mins of all 8 sub-blocks as bytes of two words (j < 4: the low 6 bits of
+// bytes 0..3 and 4..7; j >= 4: bytes 8..11's nibbles with those bytes' top 2 bits), then bytes
+// s & 3 and its successor.
+FT_QD float k4_pair(const uint32_t (&h)[4], int s, const int (&a)[2], const int (&b)[2], float bs,
+                    const XUnit& x0, const XUnit& x1) {
+  const bool hi = s >= 4;
+  const uint32_t sc = hi ? (h[3] & 0x0f0f0f0fu) | ((h[1] >> 2) & 0x30303030u) : h[1] & 0x3f3f3f3fu;
+  const uint32_t mn = hi ? ((h[3] >> 4) & 0x0f0f0f0fu) | ((h[2] >> 2) & 0x30303030u) : h[2] & 0x3f3f3f3fu;
+  const int k = s & 3;
+  const float d = h2f(static_cast<uint16_t>(h[0])), dmin = h2f(static_cast<uint16_t>(h[0] >> 16));
+  const float r = byte_fb(sc, k, 0.f) * fmaf(x0.dx0, i2f(a[0]), x0.dx1 * i2f(a[1])) +
+                  byte_fb(sc, k + 1, 0.f) * bs * fmaf(x1.dx0, i2f(b[0]), x1.dx1 * i2f(b[1]));
+  const float m = byte_fb(mn, k, 0.f) * (x0.s0 + x0.s1) + byte_fb(mn, k + 1, 0.f) * (x1.s0 + x1.s1);
+  return fmaf(d, r, -dmin * m);
+}
+
+template <>
+struct Group<Q4_K> {  // sub-blocks s, s + 1: the low and high nibbles of qs bytes 16 s ..
+  static constexpr int kG = 2;
+  template <int A, class X>
+  static FT_QD float dot(const uint8_t* p, int s, const X& x, const Tables&) {
+    uint32_t h[4], w[8];
+    ldw<4, A>(p, h);
+    ldw<8, A>(p + 16 + 16 * s, w);
+    const XUnit x0 = x(0), x1 = x(1);
+    int a[2] = {0, 0}, b[2] = {0, 0};  // b: 16 x the high nibbles' sums (1/16 in k4_pair)
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      a[k / 4] = dot_u8s8(w[k] & 0x0f0f0f0fu, x0.q[k], a[k / 4]);
+      b[k / 4] = dot_u8s8(w[k] & 0xf0f0f0f0u, x1.q[k], b[k / 4]);
+    }
+    return k4_pair(h, s, a, b, 0.0625f, x0, x1);
+  }
+};
+template <>
+struct Group<Q5_K> {  // as Q4_K, with bit s (s + 1) of qh as each code's bit 4
+  static constexpr int kG = 2;
+  template <int A, class X>
+  static FT_QD float dot(const uint8_t* p, int s, const X& x, const Tables&) {
+    uint32_t h[4], qh[8], w[8];
+    ldw<4, A>(p, h);
+    ldw<8, A>(p + 16, qh);
+    ldw<8, A>(p + 48 + 16 * s, w);
+    int a[2] = {0, 0}, b[2] = {0, 0};
+    const XUnit x0 = x(0);
+#pragma unroll
+    for (int k = 0; k < 8; ++k)
+      a[k / 4] = dot_u8s8((w[k] & 0x0f0f0f0fu) | (((qh[k] >> s) << 4) & 0x10101010u), x0.q[k], a[k / 4]);
+    const XUnit x1 = x(1);
+#pragma unroll
+    for (int k = 0; k < 8; ++k)
+      b[k / 4] = dot_u8s8(((w[k] >> 4) & 0x0f0f0f0fu) | (((qh[k] >> s) << 3) & 0x10101010u), x1.q[k], b[k / 4]);
+    return k4_pair(h, s, a, b, 1.f, x0, x1);
+  }
+};
+template <>
+struct Group<Q6_K> {  // sub-blocks s = 4n .. 4n + 3: ql 64 n .. (two halves), qh 32 n ..
+  static constexpr int kG = 4;
+  template <int A, class X>
+  static FT_QD float dot(const uint8_t* p, int s, const X& x, const Tables&) {
+    const int n = s >> 2;
+    uint32_t l0[8], l1[8], qh[8], sw[2];
+    ldw<8, 1>(p + 64 * n, l0);  // 210-byte blocks
+    ldw<8, 1>(p + 64 * n + 32, l1);
+    ldw<8, 1>(p + 128 + 32 * n, qh);
+    ldw<2, 1>(p + 192 + 8 * n, sw);  // the 8 signed scales, biased to unsigned
+    sw[0] ^= 0x80808080u, sw[1] ^= 0x80808080u;
+    float r = 0.f;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      uint32_t u[8];
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const uint32_t l = j & 1 ? l1[k] : l0[k];
+        const uint32_t q = j == 0 ? qh[k] << 4 : j == 1 ? qh[k] << 2 : j == 2 ? qh[k] : qh[k] >> 2;
+        u[k] = ((j & 2 ? l >> 4 : l) & 0x0f0f0f0fu) | (q & 0x30303030u);
+      }
+      const XUnit xj = x(j);
+      int su0, su1;
+      dot_halves(u, xj, su0, su1);
+      const float sc0 = byte_fb(sw[j >> 1], 2 * (j & 1), -128.f), sc1 = byte_fb(sw[j >> 1], 2 * (j & 1) + 1, -128.f);
+      r = fmaf(sc0, fmaf(xj.dx0, i2f(su0), -32.f * xj.s0), r);
+      r = fmaf(sc1, fmaf(xj.dx1, i2f(su1), -32.f * xj.s1), r);
+    }
+    return h2f(static_cast<uint16_t>(ld16<A>(p + 208))) * r;
+  }
+};
+template <>
+struct Group<Q2_K> {  // sub-blocks s = 4n .. 4n + 3: bits 2 j of qs bytes 32 n ..
+  static constexpr int kG = 4;
+  template <int A, class X>
+  static FT_QD float dot(const uint8_t* p, int s, const X& x, const Tables&) {
+    const int n = s >> 2;
+    uint32_t q[8], sw[2];
+    ldw<8, A>(p + 16 + 32 * n, q);
+    ldw<2, A>(p + 8 * n, sw);  // scale | min << 4 per 16 elements
+    float r = 0.f, m = 0.f;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      uint32_t u[8];
+#pragma unroll
+      for (int k = 0; k < 8; ++k) u[k] = (q[k] >> (2 * j)) & 0x03030303u;
+      const XUnit xj = x(j);
+      int su0, su1;
+      dot_halves(u, xj, su0, su1);
+      const uint32_t sc = sw[j >> 1] & 0x0f0f0f0fu, mn = (sw[j >> 1] >> 4) & 0x0f0f0f0fu;
+      const int b = 2 * (j & 1);
+      r = fmaf(byte_fb(sc, b, 0.f), xj.dx0 * i2f(su0), r);
+      r = fmaf(byte_fb(sc, b + 1, 0.f), xj.dx1 * i2f(su1), r);
+      m = fmaf(byte_fb(mn, b, 0.f), xj.s0, m);
+      m = fmaf(byte_fb(mn, b + 1, 0.f), xj.s1, m);
+    }
+    const float d = h2f(static_cast<uint16_t>(ld16<A>(p + 80))), dmin = h2f(static_cast<uint16_t>(ld16<A>(p + 82)));
+    return fmaf(d, r, -dmin * m);
+  }
+};
+template <>
+struct Group<Q3_K> {  // sub-blocks s = 4n .. 4n + 3: bits 2 j of qs bytes 32 n .., hmask bit s
+  static constexpr int kG = 4;
+  template <int A, class X>
+  static FT_QD float dot(const uint8_t* p, int s, const X& x, const Tables&) {
+    const int n = s >> 2;
+    uint32_t q[8], hm[8], sw[3];
+    ldw<8, 1>(p + 32 + 32 * n, q);  // 110-byte blocks
+    ldw<8, 1>(p, hm);
+    ldw<3, 1>(p + 96, sw);
+    // the 8 scales (k3_scale 8 n ..): low nibbles (n = 0) or high ones of bytes 0..7, bits 4,5
+    // from bytes 8..11's bit pairs 2 (2 n) and 2 (2 n + 1); 32 subtracted as floats
+    const uint32_t hs = sw[2] >> (4 * n);
+    const uint32_t sc[2] = {((sw[0] >> (4 * n)) & 0x0f0f0f0fu) | ((hs << 4) & 0x30303030u),
+                            ((sw[1] >> (4 * n)) & 0x0f0f0f0fu) | ((hs << 2) & 0x30303030u)};
+    float r = 0.f;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      uint32_t u[8];
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const uint32_t t = hm[k] >> (4 * n);
+        const uint32_t hb = j == 0 ? t << 2 : j == 1 ? t << 1 : j == 2 ? t : t >> 1;
+        u[k] = ((q[k] >> (2 * j)) & 0x03030303u) | (hb & 0x04040404u);
+      }
+      const XUnit xj = x(j);
+      int su0, su1;
+      dot_halves(u, xj, su0, su1);
+      const int b = 2 * (j & 1);
+      const float sc0 = byte_fb(sc[j >> 1], b, -32.f), sc1 = byte_fb(sc[j >> 1], b + 1, -32.f);
+      r = fmaf(sc0, fmaf(xj.dx0, i2f(su0), -4.f * xj.s0), r);
+      r = fmaf(sc1, fmaf(xj.dx1, i2f(su1), -4.f * xj.s1), r);
+    }
+    return h2f(static_cast<uint16_t>(ld16<A>(p + 108))) * r;
+  }
+};
 
 // The best alignment a block of F can have (all blocks of a row share it modulo this).
 template <class F>

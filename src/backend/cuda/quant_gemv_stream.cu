@@ -4,11 +4,12 @@
 // there is no second wave) and streams them in 2 or 4 KiB chunks through a k_stages-deep
 // cp.async ring in shared memory (no register staging; the chunks of the next rows load while
 // this one's math runs; rows of 1/16 to 1/2 of a chunk go several to a chunk, summed per row
-// over the lanes that hold its units). Every lane takes whole 32-element units (quant_dot32.cuh:
-// a 32-element block, a 256-element block's sub-block, two NVFP4 blocks), lane l the chunk's
-// units l, l + 32, ...; the activations are quantized per block into shared memory once (int8
-// codes in the format's order, scales per 16 elements, or per 32 for the nibble-codebook
-// formats, XUnit).
+// over the lanes that hold its units). Every lane takes whole groups of G consecutive
+// 32-element units (quant_dot32.cuh: a unit is a 32-element block, a 256-element block's
+// sub-block, two NVFP4 blocks; G = unit_group<F>: 1, or the 2 or 4 sub-blocks of a K-quant
+// block that share its code bytes), lane l the chunk's groups l, l + 32, ...; the activations
+// are quantized per block into shared memory once (int8 codes in the format's order, scales
+// per 16 elements, or per 32 for the nibble-codebook formats, XUnit).
 #include <algorithm>
 #include <atomic>
 
@@ -35,7 +36,10 @@ struct SGeometry {
   // smaller ones (MXFP4 / Q4_K 98304x2048: 48 / 58% vs 50 / 54%, Q4_0 62 vs 57%).
   static constexpr int k_schunk_bytes = kUB2 >= 40 ? 4096 : 2048;
   static constexpr int kUPL0 = (2 * k_schunk_bytes / 32 + kUB2 / 2) / kUB2;
-  static constexpr int kUPL = kUPL0 < 1 ? 1 : (kUPL0 > 8 ? 8 : kUPL0);
+  static constexpr int kG = unit_group<F>();  // units a lane takes at once
+  static constexpr int kUPL1 = (kUPL0 + kG / 2 - (kG > 1)) / kG * kG;  // nearest multiple (ties down)
+  static constexpr int kUPL = kUPL1 < kG ? kG : (kUPL1 > 8 ? 8 : kUPL1);
+  static constexpr int kGPL = kUPL / kG;  // unit groups per lane per chunk
   static constexpr int kCB = 32 * kUPL * kBPU / kUPB;  // blocks per chunk
   static constexpr int kBuf = (kCB * kBB + 15) / 16 * 16 + 32;  // + misalignment + ld slack
   static constexpr int kVpl = (kBuf / 16 + 31) / 32;
@@ -43,101 +47,161 @@ struct SGeometry {
   static_assert(32 * kUPL * kBPU % kUPB == 0, "a chunk is whole blocks");
 };
 
-// Activations for the streaming kernel, per 32-element unit u (units rounded up to whole 32s):
-// two 16-byte pieces of int8 codes at slots 64 (u / 32) + u % 32 and 32 after it (a warp's
-// lanes read consecutive slots), then a float4 {dx0, dx1, dx0 * S0, dx1 * S1} per unit.
-__host__ __device__ inline int64_t sunits(int64_t cols) { return (cols / 32 + 31) / 32 * 32; }
-size_t sact_smem(int64_t cols) { return static_cast<size_t>(sunits(cols) * 48); }
+// Activations for the streaming kernel, per 32-element unit u, in tiles of 32 G units (G =
+// unit_group<F>, units rounded up to whole tiles): unit u = 32 G t + G l + k (lane l's group
+// of G units, unit k of it) is slot 64 G t + 64 k + l, so a warp's lanes read consecutive
+// slots. Its two 16-byte pieces of int8 codes are at that slot and 32 after it, then, past all
+// the codes, a float4 {dx0, dx1, dx0 * S0, dx1 * S1} per unit at index 32 G t + 32 k + l.
+template <int G>
+__host__ __device__ inline int64_t sunits(int64_t cols) {
+  return (cols / 32 + 32 * G - 1) / (32 * G) * (32 * G);
+}
+template <int G>
+__device__ __forceinline__ int xslot(int u) {  // the unit's index in its piece / scale arrays
+  const int t = u / (32 * G), r = u - 32 * G * t;
+  return 32 * G * t + 32 * (r % G) + r / G;
+}
+template <class F>
+size_t sact_smem(int64_t cols) {
+  return static_cast<size_t>(sunits<unit_group<F>()>(cols) * 48);
+}
 
 // x (one token; with xu: silu(x) * xu) -> per 32-element unit int8 codes q = rint(x * 127 /
 // amax per 16 elements, or per 32 for NIBBLE_PAIRS formats) in x_order<F>, and {dx0, dx1,
-// dx0 * S0, dx1 * S1} (dx = amax / 127, S: the halves' code sums).
+// dx0 * S0, dx1 * S1} (dx = amax / 127, S: the halves' code sums). T threads per unit (T = 4
+// or 2 when that makes one pass over the block: a short chain per thread for the small
+// matrices that wait on it, the experts'), thread t of the T making code bytes 32 t / T ..
+// (words 8 t / T ..): elements 32 t / T .. (NATURAL), or 16 t / T .. and 16 + 16 t / T ..
+// (NIBBLE_PAIRS); amax and the sums reduce over the T threads.
+template <class F, int T>
+__device__ __forceinline__ void quantize_acts_t(const float* __restrict__ x,
+                                                const float* __restrict__ xu, int64_t cols,
+                                                uint8_t* xsm) {
+  constexpr bool nat = x_order<F>() == XOrder::NATURAL;
+  constexpr int G = unit_group<F>(), E = 32 / T, W = 8 / T;  // elements, words per thread
+  const int nu = static_cast<int>(cols / 32);
+  uint32_t* words = reinterpret_cast<uint32_t*>(xsm);
+  float4* scales = reinterpret_cast<float4*>(xsm + 32 * sunits<G>(cols));
+  const int t = threadIdx.x % T;
+  const unsigned team = ((1u << T) - 1) << (threadIdx.x & 31 & ~(T - 1));
+  for (int u = threadIdx.x / T; u < nu; u += blockDim.x / T) {  // uniform over the team
+    float f[E];  // f[i]: element nat ? E t + i : (i < E / 2 ? E t / 2 + i : 16 + E t / 2 + i - E / 2)
+#pragma unroll
+    for (int k = 0; k < E / 4; ++k) {
+      const int e = nat ? E * t + 4 * k : (k < E / 8 ? E / 2 * t + 4 * k : 16 + E / 2 * t + 4 * k - E / 2);
+      float4 v = __ldg(reinterpret_cast<const float4*>(x + 32 * int64_t{u} + e));
+      if (xu) v = silu_mul4(v, __ldg(reinterpret_cast<const float4*>(xu + 32 * int64_t{u} + e)));
+      f[4 * k] = v.x, f[4 * k + 1] = v.y, f[4 * k + 2] = v.z, f[4 * k + 3] = v.w;
+    }
+    auto half = [&](int i) { return nat ? E * t + i >= 16 : i >= E / 2; };  // f[i]'s half
+    float a0 = 0.f, a1 = 0.f;
+#pragma unroll
+    for (int i = 0; i < E; ++i) {
+      if (half(i)) a1 = fmaxf(a1, fabsf(f[i]));
+      else a0 = fmaxf(a0, fabsf(f[i]));
+    }
+#pragma unroll
+    for (int o = 1; o < T; o <<= 1) {
+      a0 = fmaxf(a0, __shfl_xor_sync(team, a0, o));
+      a1 = fmaxf(a1, __shfl_xor_sync(team, a1, o));
+    }
+    if (!nat) a0 = a1 = fmaxf(a0, a1);  // per 32: the code words mix the halves
+    const float inv0 = a0 > 0.f ? 127.f / a0 : 0.f, inv1 = a1 > 0.f ? 127.f / a1 : 0.f;
+    int q[E], s0 = 0, s1 = 0;
+#pragma unroll
+    for (int i = 0; i < E; ++i) {
+      q[i] = __float2int_rn(f[i] * (half(i) ? inv1 : inv0));
+      if (half(i)) s1 += q[i];
+      else s0 += q[i];
+    }
+#pragma unroll
+    for (int o = 1; o < T; o <<= 1) {
+      s0 += __shfl_xor_sync(team, s0, o);
+      s1 += __shfl_xor_sync(team, s1, o);
+    }
+    uint32_t wd[W] = {};
+#pragma unroll
+    for (int b = 0; b < E; ++b)  // code byte E t + b: f[b], or f[b / 2 + (b % 2) E / 2]
+      wd[b / 4] |= (static_cast<uint32_t>(q[nat ? b : b / 2 + (b % 2) * (E / 2)]) & 0xffu) << (8 * (b % 4));
+    // words 0..3 at piece slot, 4..7 at slot + 32 (16 bytes each)
+    const int si = xslot<G>(u), slot = 64 * (si >> 5) + (si & 31);
+    if constexpr (W == 8) {
+      reinterpret_cast<uint4*>(words)[slot] = make_uint4(wd[0], wd[1], wd[2], wd[3]);
+      reinterpret_cast<uint4*>(words)[slot + 32] = make_uint4(wd[4], wd[5], wd[6], wd[7]);
+    } else if constexpr (W == 4) {
+      reinterpret_cast<uint4*>(words)[slot + 32 * t] = make_uint4(wd[0], wd[1], wd[2], wd[3]);
+    } else {
+      reinterpret_cast<uint2*>(words)[2 * (slot + 32 * (t >> 1)) + (t & 1)] = make_uint2(wd[0], wd[1]);
+    }
+    if (t == 0) {
+      const float dx0 = a0 * (1.f / 127.f), dx1 = a1 * (1.f / 127.f);
+      scales[si] = make_float4(dx0, dx1, dx0 * i2f(s0), dx1 * i2f(s1));
+    }
+  }
+}
 template <class F>
 __device__ __forceinline__ void quantize_acts32(const float* __restrict__ x,
                                                 const float* __restrict__ xu, int64_t cols,
                                                 uint8_t* xsm) {
-  const int nu = static_cast<int>(cols / 32);
-  uint4* pieces = reinterpret_cast<uint4*>(xsm);
-  float4* scales = reinterpret_cast<float4*>(xsm + 32 * sunits(cols));
-  for (int u = threadIdx.x; u < nu; u += blockDim.x) {
-    const float4* src = reinterpret_cast<const float4*>(x + 32 * int64_t{u});
-    float f[32];
-#pragma unroll
-    for (int k = 0; k < 8; ++k) {
-      float4 v = __ldg(src + k);
-      if (xu) v = silu_mul4(v, __ldg(reinterpret_cast<const float4*>(xu + 32 * int64_t{u}) + k));
-      f[4 * k] = v.x, f[4 * k + 1] = v.y, f[4 * k + 2] = v.z, f[4 * k + 3] = v.w;
-    }
-    // per 16 (NATURAL) or per 32 (NIBBLE_PAIRS: the code words mix the halves)
-    float a0 = 0.f, a1 = 0.f;
-#pragma unroll
-    for (int i = 0; i < 16; ++i) a0 = fmaxf(a0, fabsf(f[i])), a1 = fmaxf(a1, fabsf(f[16 + i]));
-    if (x_order<F>() == XOrder::NIBBLE_PAIRS) a0 = a1 = fmaxf(a0, a1);
-    const float inv0 = a0 > 0.f ? 127.f / a0 : 0.f, inv1 = a1 > 0.f ? 127.f / a1 : 0.f;
-    int q[32], s0 = 0, s1 = 0;
-#pragma unroll
-    for (int i = 0; i < 32; ++i) {
-      q[i] = __float2int_rn(f[i] * (i < 16 ? inv0 : inv1));
-      (i < 16 ? s0 : s1) += q[i];
-    }
-    uint32_t wd[8];
-#pragma unroll
-    for (int k = 0; k < 8; ++k) {
-      uint32_t v = 0;
-#pragma unroll
-      for (int b = 0; b < 4; ++b)
-        v |= (static_cast<uint32_t>(q[x_element(x_order<F>(), 4 * k + b)]) & 0xffu) << (8 * b);
-      wd[k] = v;
-    }
-    const int slot = 64 * (u >> 5) + (u & 31);
-    pieces[slot] = make_uint4(wd[0], wd[1], wd[2], wd[3]);
-    pieces[slot + 32] = make_uint4(wd[4], wd[5], wd[6], wd[7]);
-    const float dx0 = a0 * (1.f / 127.f), dx1 = a1 * (1.f / 127.f);
-    scales[u] = make_float4(dx0, dx1, dx0 * i2f(s0), dx1 * i2f(s1));
-  }
+  const int64_t nu = cols / 32;
+  if (4 * nu <= blockDim.x) quantize_acts_t<F, 4>(x, xu, cols, xsm);
+  else if (2 * nu <= blockDim.x) quantize_acts_t<F, 2>(x, xu, cols, xsm);
+  else quantize_acts_t<F, 1>(x, xu, cols, xsm);
 }
 
-// This lane's units of one chunk (nu units, all of them when FULL) at block alignment A: v[i]
-// gets the dot of unit lane + 32 i (0 past nu). Its activations: unit xu0 + lane + 32 i of the
-// row (xu0 a multiple of 32), or in a chunk of whole rows (ROWS) unit jrow[i] (the unit's index
-// in its row).
-template <class F, int A, bool FULL, bool ROWS>
-__device__ __forceinline__ void chunk_units(const uint8_t* buf, int nu, int64_t xu0,
-                                            const int (&jrow)[SGeometry<F>::kUPL],
-                                            const uint8_t* xsm, const float4* xscales, int lane,
-                                            float (&v)[SGeometry<F>::kUPL]) {
-  using Gm = SGeometry<F>;
-#pragma unroll
-  for (int i = 0; i < Gm::kUPL; ++i) {
-    v[i] = 0.f;
-    const int u = lane + 32 * i;
-    if (!FULL && u >= nu) continue;
-    const int64_t j = ROWS ? jrow[i] : xu0 + u;  // the activations' unit
-    const uint4* pc = reinterpret_cast<const uint4*>(xsm) + 64 * (j >> 5) + (j & 31);
+// A lane's group of units' activations in shared memory (pieces: unit 0's first code piece,
+// scales: its float4): x(k) loads unit k's.
+struct XSmem {
+  const uint4* pieces;
+  const float4* scales;
+  __device__ __forceinline__ XUnit operator()(int k) const {
     XUnit x;
-    const uint4 a = pc[0], b = pc[32];
+    const uint4 a = pieces[64 * k], b = pieces[64 * k + 32];
     x.q[0] = a.x, x.q[1] = a.y, x.q[2] = a.z, x.q[3] = a.w;
     x.q[4] = b.x, x.q[5] = b.y, x.q[6] = b.z, x.q[7] = b.w;
-    const float4 sc = xscales[j];
+    const float4 sc = scales[32 * k];
     x.dx0 = sc.x, x.dx1 = sc.y, x.s0 = sc.z, x.s1 = sc.w;
+    return x;
+  }
+};
+
+// This lane's unit groups of one chunk (nu units, all of them when FULL) at block alignment A:
+// v[i] gets the dot of units G g .. G g + G - 1, g = lane + 32 i (0 past nu; G =
+// unit_group<F>). Their activations: units xu0 + G g .. of the row (xu0 a multiple of 32 G),
+// or in a chunk of whole rows (ROWS) units jrow[i] .. (the group's index in its row).
+template <class F, int A, bool FULL, bool ROWS>
+__device__ __forceinline__ void chunk_units(const uint8_t* buf, int nu, int64_t xu0,
+                                            const int (&jrow)[SGeometry<F>::kGPL],
+                                            const uint8_t* xsm, const float4* xscales, int lane,
+                                            const Tables& tb, float (&v)[SGeometry<F>::kGPL]) {
+  using Gm = SGeometry<F>;
+  constexpr int G = Gm::kG;
+#pragma unroll
+  for (int i = 0; i < Gm::kGPL; ++i) {
+    v[i] = 0.f;
+    const int u = G * (lane + 32 * i);
+    if (!FULL && u >= nu) continue;
+    const int si = xslot<G>(static_cast<int>(ROWS ? jrow[i] : xu0 + u));  // unit k: si + 32 k
+    const XSmem x{reinterpret_cast<const uint4*>(xsm) + 64 * (si >> 5) + (si & 31), xscales + si};
     const uint8_t* blk = buf + (u / Gm::kUPB) * Gm::kBPU * Gm::kBB;
-    v[i] = dot32<F, A>(blk, u % Gm::kUPB, x);
+    v[i] = dot_units<F, A>(blk, u % Gm::kUPB, x, tb);
   }
 }
 
 // chunk_units at the chunk's alignment (al: kAl-aligned) and fullness.
 template <class F, bool ROWS>
 __device__ __forceinline__ void chunk_units_at(bool al, const uint8_t* buf, int nu, int64_t xu0,
-                                               const int (&jrow)[SGeometry<F>::kUPL],
+                                               const int (&jrow)[SGeometry<F>::kGPL],
                                                const uint8_t* xsm, const float4* xscales,
-                                               int lane, float (&v)[SGeometry<F>::kUPL]) {
+                                               int lane, const Tables& tb,
+                                               float (&v)[SGeometry<F>::kGPL]) {
   constexpr int kAl = block_align<F>(), full = 32 * SGeometry<F>::kUPL;
   if (nu == full) {
-    if (al) chunk_units<F, kAl, true, ROWS>(buf, nu, xu0, jrow, xsm, xscales, lane, v);
-    else chunk_units<F, 1, true, ROWS>(buf, nu, xu0, jrow, xsm, xscales, lane, v);
+    if (al) chunk_units<F, kAl, true, ROWS>(buf, nu, xu0, jrow, xsm, xscales, lane, tb, v);
+    else chunk_units<F, 1, true, ROWS>(buf, nu, xu0, jrow, xsm, xscales, lane, tb, v);
   } else {  // a row's last, partial chunk, or fewer rows than a chunk holds
-    if (al) chunk_units<F, kAl, false, ROWS>(buf, nu, xu0, jrow, xsm, xscales, lane, v);
-    else chunk_units<F, 1, false, ROWS>(buf, nu, xu0, jrow, xsm, xscales, lane, v);
+    if (al) chunk_units<F, kAl, false, ROWS>(buf, nu, xu0, jrow, xsm, xscales, lane, tb, v);
+    else chunk_units<F, 1, false, ROWS>(buf, nu, xu0, jrow, xsm, xscales, lane, tb, v);
   }
 }
 
@@ -145,6 +209,7 @@ template <class F>
 __global__ void __launch_bounds__(k_threads, 3) qgemv_stream_kernel(const __grid_constant__ QParams p) {
   using Gm = SGeometry<F>;
   constexpr int BB = Gm::kBB, CB = Gm::kCB, BUF = Gm::kBuf, S = k_stages, UPL = Gm::kUPL;
+  constexpr int G = Gm::kG, GPL = Gm::kGPL;
   constexpr int kAl = block_align<F>();
   extern __shared__ __align__(16) uint8_t smem[];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -155,14 +220,15 @@ __global__ void __launch_bounds__(k_threads, 3) qgemv_stream_kernel(const __grid
   const int nchunk = (nb + CB - 1) / CB;
   // Rows of at most half a chunk (and at least 1/16): chunks of rpc whole rows, contiguous in
   // memory, so short rows (an expert's down projection: 24 units) do not leave lanes idle.
-  // Lane unit lane + 32 i then belongs to row rowi[i] of the chunk, as its unit jrow[i].
+  // Lane group lane + 32 i (units G (lane + 32 i) ..) then belongs to row rowi[i] of the chunk,
+  // as its units jrow[i] .. (a row is whole groups: G divides a block's units).
   const int units = nb * Gm::kUPB / Gm::kBPU;
   const bool rows_mode = 2 * units <= 32 * UPL && 32 * UPL <= 16 * units;
   const int rpc = rows_mode ? 32 * UPL / units : 1;
-  int rowi[UPL], jrow[UPL];
+  int rowi[GPL], jrow[GPL];
 #pragma unroll
-  for (int i = 0; i < UPL; ++i) {
-    const int u = lane + 32 * i;
+  for (int i = 0; i < GPL; ++i) {
+    const int u = G * (lane + 32 * i);
     rowi[i] = rows_mode ? u / units : 0;
     jrow[i] = rows_mode ? u - rowi[i] * units : 0;
   }
@@ -171,19 +237,30 @@ __global__ void __launch_bounds__(k_threads, 3) qgemv_stream_kernel(const __grid
   const int64_t r1 = r0 + p.rows_per_warp < total ? r0 + p.rows_per_warp : total;
   size_t eoff = 0;  // experts form: the slot's expert
 
-  // A cursor over the warp's chunks: row r (of matrix m) and chunk c of the row.
+  // A cursor over the warp's chunks: row r (of matrix m) and chunk c of the row; row: the row's
+  // first byte, end: matrix m's end, lim: the warp's last row + 1 in matrix m. Rows of a matrix
+  // are contiguous, so it steps by pointer, locating a matrix only when it enters one.
   struct Cur {
-    int64_t r;
+    int64_t r, lim;
     int m, c;
+    const uint8_t* row;
+    const uint8_t* end;
   };
-  auto settle = [&](Cur& k) {
+  auto locate = [&](Cur& k) {
     while (k.m + 1 < p.count && k.r >= p.rows0[k.m + 1]) ++k.m;
+    const uint8_t* base = p.w[k.m] + eoff;
+    k.row = base + (k.r - p.rows0[k.m]) * p.row_bytes;
+    k.end = base + p.rows[k.m] * p.row_bytes;
+    k.lim = r1 < p.rows0[k.m + 1] ? r1 : p.rows0[k.m + 1];
+  };
+  auto start = [&](Cur& k) {
+    k.r = r0, k.m = 0, k.c = 0;
+    locate(k);
   };
   // The chunk at k: its rows (within the warp's range and the matrix), first block and blocks.
   auto span = [&](const Cur& k, int& nrows, int& b0, int& nbc) {
     if (rows_mode) {
-      const int64_t lim = r1 < p.rows0[k.m + 1] ? r1 : p.rows0[k.m + 1];
-      nrows = static_cast<int>(lim - k.r < rpc ? lim - k.r : rpc);
+      nrows = static_cast<int>(k.lim - k.r < rpc ? k.lim - k.r : rpc);
       b0 = 0, nbc = nrows * nb;
     } else {
       nrows = 1, b0 = k.c * CB, nbc = nb - b0 < CB ? nb - b0 : CB;
@@ -191,42 +268,41 @@ __global__ void __launch_bounds__(k_threads, 3) qgemv_stream_kernel(const __grid
   };
   auto advance = [&](Cur& k, int nrows) {
     if (rows_mode) {
-      k.r += nrows;
+      k.r += nrows, k.row += static_cast<size_t>(nrows) * p.row_bytes;
     } else if (++k.c == nchunk) {
-      k.c = 0, ++k.r;
+      k.c = 0, ++k.r, k.row += p.row_bytes;
     }
-    settle(k);
+    if (k.r >= k.lim && k.r < r1) locate(k);  // the next matrix
   };
 
-  Cur ld{r0, 0, 0};  // load cursor: the next chunk to issue
-  settle(ld);
-  int issued = 0;
+  Cur ld;  // load cursor: the next chunk to issue
+  start(ld);
+  const uint32_t sbuf = static_cast<uint32_t>(__cvta_generic_to_shared(wbuf)) + 16 * lane;
+  int ist = 0;  // its stage
   auto issue = [&]() {  // one commit group per call (empty past the last chunk)
     if (ld.r < r1) {
       int nrows, b0, nbc;
       span(ld, nrows, b0, nbc);
-      const uint8_t* base = p.w[ld.m] + eoff;
-      const uint8_t* src = base + (ld.r - p.rows0[ld.m]) * p.row_bytes + int64_t{b0} * BB;
-      const uint8_t* end = base + p.rows[ld.m] * p.row_bytes;
+      const uint8_t* src = ld.row + b0 * BB;
       const uint8_t* al =
           reinterpret_cast<const uint8_t*>(reinterpret_cast<uintptr_t>(src) & ~uintptr_t{15});
       const int nv = (static_cast<int>(src - al) + nbc * BB + 15) / 16;
-      const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(wbuf + (issued % S) * BUF));
-      if (al + 16 * nv <= end) {  // whole vectors inside the matrix: no size operand
+      const uint32_t dst = sbuf + ist * BUF;  // lane's first vector, then every 512 bytes
+      const uint8_t* g = al + 16 * lane;
+      if (al + 16 * nv <= ld.end) {  // whole vectors inside the matrix: no size operand
 #pragma unroll
         for (int j = 0; j < Gm::kVpl; ++j)
-          if (lane + 32 * j < nv) cp_async16(dst + 16 * (lane + 32 * j), al + 16 * (lane + 32 * j));
+          if (lane + 32 * j < nv) cp_async16(dst + 512 * j, g + 512 * j);
       } else {
 #pragma unroll
         for (int j = 0; j < Gm::kVpl; ++j) {
-          const int i = lane + 32 * j;
-          if (i < nv) {
-            const int64_t left = end - (al + 16 * i);
-            cp_async16(dst + 16 * i, al + 16 * i, left >= 16 ? 16 : (left > 0 ? static_cast<int>(left) : 0));
+          if (lane + 32 * j < nv) {
+            const int64_t left = ld.end - (g + 512 * j);
+            cp_async16(dst + 512 * j, g + 512 * j, left >= 16 ? 16 : (left > 0 ? static_cast<int>(left) : 0));
           }
         }
       }
-      ++issued;
+      ist = ist + 1 == S ? 0 : ist + 1;
       advance(ld, nrows);
     }
     cp_async_commit();
@@ -251,6 +327,7 @@ __global__ void __launch_bounds__(k_threads, 3) qgemv_stream_kernel(const __grid
       return;
     }
     eoff = static_cast<size_t>(e) * p.expert_bytes;
+    start(ld);
     x += (s / p.x_div) * p.x_slot;
     if (xu) xu += (s / p.x_div) * p.x_slot;
     for (int k = 0; k < S - 1; ++k) issue();
@@ -259,7 +336,8 @@ __global__ void __launch_bounds__(k_threads, 3) qgemv_stream_kernel(const __grid
   __syncthreads();
   if (r0 >= r1) return;
 
-  const float4* xscales = reinterpret_cast<const float4*>(xsm + 32 * sunits(cols));
+  const float4* xscales = reinterpret_cast<const float4*>(xsm + 32 * sunits<G>(cols));
+  const Tables tb = tables<F>(threadIdx.x >> 10);  // a runtime 0 per thread (not a uniform register)
   auto store = [&](int m, int64_t r, float s) {  // row r (of the whole run) of matrix m is done
     if (lane != 0) return;
     const int64_t row = r - p.rows0[m];
@@ -268,38 +346,40 @@ __global__ void __launch_bounds__(k_threads, 3) qgemv_stream_kernel(const __grid
     float* o = p.y[m] + yoff + row;
     *o = p.accumulate[m] ? *o + s : s;
   };
-  Cur cp{r0, 0, 0};  // compute cursor
-  settle(cp);
+  Cur cp;  // compute cursor
+  start(cp);
+  int cst = 0;  // its stage
   float acc = 0.f;
-  for (int step = 0; cp.r < r1; ++step) {
+  while (cp.r < r1) {
     issue();  // step + S - 1 into the stage step - 1 left
     cp_async_wait<S - 1>();
     __syncwarp();
     int nrows, b0, nbc;
     span(cp, nrows, b0, nbc);
-    const uint8_t* src = p.w[cp.m] + eoff + (cp.r - p.rows0[cp.m]) * p.row_bytes + int64_t{b0} * BB;
-    const uint8_t* buf = wbuf + (step % S) * BUF + (reinterpret_cast<uintptr_t>(src) & 15);
+    const uint8_t* src = cp.row + b0 * BB;
+    const uint8_t* buf = wbuf + cst * BUF + (reinterpret_cast<uintptr_t>(src) & 15);
+    cst = cst + 1 == S ? 0 : cst + 1;
     const int nu = nbc * Gm::kUPB / Gm::kBPU;
     const int64_t xu0 = int64_t{b0} * Gm::kUPB / Gm::kBPU;
     // Every block of the chunk shares buf's alignment modulo kAl (uniform over the warp).
     const bool al = kAl > 1 && (reinterpret_cast<uintptr_t>(buf) & (kAl - 1)) == 0;
-    float v[UPL];
+    float v[GPL];
     if (rows_mode)
-      chunk_units_at<F, true>(al, buf, nu, xu0, jrow, xsm, xscales, lane, v);
+      chunk_units_at<F, true>(al, buf, nu, xu0, jrow, xsm, xscales, lane, tb, v);
     else
-      chunk_units_at<F, false>(al, buf, nu, xu0, jrow, xsm, xscales, lane, v);
+      chunk_units_at<F, false>(al, buf, nu, xu0, jrow, xsm, xscales, lane, tb, v);
     __syncwarp();
     if (rows_mode) {  // whole rows: a warp sum per row over the lanes' units in it
       for (int rr = 0; rr < nrows; ++rr) {
         float t = 0.f;
 #pragma unroll
-        for (int i = 0; i < UPL; ++i)
+        for (int i = 0; i < GPL; ++i)
           if (rowi[i] == rr) t += v[i];
         store(cp.m, cp.r + rr, warp_sum(t));
       }
     } else {
 #pragma unroll
-      for (int i = 0; i < UPL; ++i) acc += v[i];
+      for (int i = 0; i < GPL; ++i) acc += v[i];
       if (cp.c + 1 == nchunk) {
         store(cp.m, cp.r, warp_sum(acc));
         acc = 0.f;
@@ -316,7 +396,7 @@ template <class F>
 bool launch_f(QParams& p, int64_t slots) {
   using Gm = SGeometry<F>;
   if (p.cols % 32 != 0) return false;  // whole 32-element units
-  const size_t dyn = Gm::kStageSmem + sact_smem(p.cols);
+  const size_t dyn = Gm::kStageSmem + sact_smem<F>(p.cols);
   static const int sms = sm_count();
   static const int smem_sm = device_attribute(cudaDevAttrMaxSharedMemoryPerMultiprocessor);
   static const int smem_block = device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin);
@@ -328,7 +408,9 @@ bool launch_f(QParams& p, int64_t slots) {
   }();
   // Blocks resident per SM (<= 3 by the launch bounds; registers in warps of 32 x a multiple of
   // 8; shared memory with the runtime's 1 KiB per block), then an even split of the rows over
-  // all their warps: one wave.
+  // all their warps: one wave. (Launching every resident block with the rows split to the row
+  // over all their warps measured slower on the H200: 4096x14336 MXFP4 / IQ4_XS 38 / 35 -> 24
+  // / 24% of the copy bandwidth, every extra block quantizing the 14336 activations again.)
   const int by_regs = 65536 / ((regs + 7) / 8 * 8 * k_threads);
   const int bps = std::clamp(std::min(static_cast<int>(smem_sm / (dyn + 1024)), by_regs), 1, 3);
   const int64_t s = std::max<int64_t>(slots, 1);
