@@ -85,7 +85,10 @@ void CpuShare::loop() {
   const float* x = w + args_.max_routes;
   float* y = const_cast<float*>(x) + args_.max_tokens * args_.hidden;
   std::atomic_ref<uint64_t> ready(head->ready), done(head->done), error(head->error);
-  uint64_t seen = ready.load(std::memory_order_acquire);
+  // The box was zeroed before this thread started, so 0 is "no job yet". (Reading ready here
+  // instead lost job 1 whenever the first decode step rang before the thread got to run: the
+  // timeouts "did not answer job 1" on a loaded host.)
+  uint64_t seen = 0;
   using clock = std::chrono::steady_clock;
   auto last = clock::now();
   int64_t nap_us = 0;
