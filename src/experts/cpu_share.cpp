@@ -55,7 +55,7 @@ CpuShare::CpuShare(const HostExperts& host, int64_t top_k, int64_t max_tokens, i
       top_k_(top_k),
       box_(cuda::cpu_share_box_bytes(max_tokens * top_k, max_tokens, host.hidden)),
       state_(3 * sizeof(int64_t)),
-      pool_(threads, false, 2'000'000) {  // awake between a decode step's jobs
+      pool_(threads, false) {
   std::memset(box_.data(), 0, box_.bytes());
   const int64_t zero[3] = {0, 0, 0};
   state_.upload(zero, sizeof(zero));

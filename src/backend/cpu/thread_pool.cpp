@@ -129,9 +129,9 @@ int cpu_count() {
   return n;
 }
 
-ThreadPool::ThreadPool(int n_threads, bool pin, int64_t spin_ns)
+ThreadPool::ThreadPool(int n_threads, bool pin)
     : n_threads_(n_threads > 0 ? n_threads : cpu_count()),
-      spin_ns_(n_threads_ > cpu_count() ? 0 : spin_ns >= 0 ? spin_ns : 300'000) {
+      spin_ns_(n_threads_ <= cpu_count() ? 300'000 : 0) {
   // Pinning is opt-in (FT_PIN_THREADS=1): two processes whose pools pin to the same CPUs
   // (a CPU reference server next to a GPU one, say) stall each other's fork-joins for whole
   // time slices, while unpinned threads migrate to idle CPUs. Pin only when each thread gets

@@ -14,10 +14,7 @@ class ThreadPool {
   // n_threads <= 0: cpu_count(). With pin and FT_PIN_THREADS=1 in the environment, workers
   // are pinned to the 2nd..nth CPU this process may run on and the caller to the 1st (when
   // the pool does not oversubscribe them); by default threads are left to the scheduler.
-  // spin_ns: how long idle threads poll for the next job before sleeping (< 0: 300 us, or 0
-  // when the pool oversubscribes the CPUs); a pool fed jobs every few hundred microseconds
-  // (HYBRID decode's CPU share) keeps its threads awake with a longer one.
-  explicit ThreadPool(int n_threads = 0, bool pin = true, int64_t spin_ns = -1);
+  explicit ThreadPool(int n_threads = 0, bool pin = true);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
