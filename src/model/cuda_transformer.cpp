@@ -587,16 +587,7 @@ void CudaTransformer::attention_block(int64_t l, std::span<const CudaSeqStep> st
                      .split = attention_split(),
                      .sinks = L.sinks,
                      .window = c_.window(l),
-                     .rope = fused ? cuda::AttentionRope{.k = k,
-                                                         .v = v,
-                                                         .rot_dim = rope.rot_dim,
-                                                         .interleaved = rope.interleaved,
-                                                         .cos = rope.cos,
-                                                         .sin = rope.sin,
-                                                         .q_norm = rope.q_norm,
-                                                         .k_norm = rope.k_norm,
-                                                         .eps = rope.eps}
-                                   : cuda::AttentionRope{}});
+                     .rope = fused ? cuda::attention_rope(rope) : cuda::AttentionRope{}});
     if (qg) cuda::attn_output_gate(att, qg, n, c_.n_heads, hd);
     tp_zero_residual(n);  // tensor parallel: ranks > 0 add only their partial
     const cuda::GemvOut o{.w = L.o, .y = x, .bias = L.o_bias, .accumulate = true};

@@ -141,16 +141,7 @@ struct Pass {
                                : cuda::AttentionSplit{},
             .sinks = r.c.sinks ? r.dsinks.as<float>() : nullptr,
             .window = r.c.window,
-            .rope = fused ? cuda::AttentionRope{.k = ra.k,
-                                                .v = ra.v,
-                                                .rot_dim = ra.rot_dim,
-                                                .interleaved = ra.interleaved,
-                                                .cos = ra.cos,
-                                                .sin = ra.sin,
-                                                .q_norm = ra.q_norm,
-                                                .k_norm = ra.k_norm,
-                                                .eps = ra.eps}
-                          : cuda::AttentionRope{}};
+            .rope = fused ? cuda::attention_rope(ra) : cuda::AttentionRope{}};
   }
   // The two launches the fused kernel replaces.
   void unfused(const Rig& r) {

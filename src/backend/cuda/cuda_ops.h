@@ -586,6 +586,18 @@ struct AttentionRope {
   const float* k_norm = nullptr;
   float eps = 0.f;
 };
+// The fused form of a qk_rope_store call (its k, v, rotation and norms).
+inline AttentionRope attention_rope(const QkRopeArgs& r) {
+  return {.k = r.k,
+          .v = r.v,
+          .rot_dim = r.rot_dim,
+          .interleaved = r.interleaved,
+          .cos = r.cos,
+          .sin = r.sin,
+          .q_norm = r.q_norm,
+          .k_norm = r.k_norm,
+          .eps = r.eps};
+}
 // Per-token positions (PER_TOKEN only): pos [n] device (token t at pos[t], else pos0 + t) and
 // seq [n] device (token t's caches start seq[t] * seq_stride elements in; else 0): tokens of
 // several sequences in one launch.
