@@ -78,12 +78,12 @@ CpuShare::~CpuShare() {
 // MoE layer tens of microseconds apart, then sleeps with a growing interval (up to 200 us) so
 // an idle server leaves the core alone.
 void CpuShare::loop() {
-  auto* head = static_cast<cuda::CpuShareHeader*>(box_.data());
-  char* body = static_cast<char*>(box_.data()) + cuda::k_cpu_share_header;
-  const auto* ids = reinterpret_cast<const int32_t*>(body);
-  const auto* w = reinterpret_cast<const float*>(ids + args_.max_routes);
-  const float* x = w + args_.max_routes;
-  float* y = const_cast<float*>(x) + args_.max_tokens * args_.hidden;
+  const cuda::CpuShareBox box =
+      cuda::cpu_share_box(box_.data(), args_.max_routes, args_.max_tokens, args_.hidden);
+  cuda::CpuShareHeader* head = box.head;
+  const int32_t* ids = box.ids;
+  const float *w = box.w, *x = box.x;
+  float* y = box.y;
   std::atomic_ref<uint64_t> ready(head->ready), done(head->done), error(head->error);
   // The box was zeroed before this thread started, so 0 is "no job yet". (Reading ready here
   // instead lost job 1 whenever the first decode step rang before the thread got to run: the

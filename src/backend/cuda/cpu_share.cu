@@ -31,7 +31,8 @@ __global__ void __launch_bounds__(k_threads) collect_kernel(const __grid_constan
   pdl_trigger();
   const uint64_t want = *s.pending;
   if (want == 0) return;  // uniform: this layer left nothing to the CPU
-  auto* head = reinterpret_cast<CpuShareHeader*>(s.box);
+  const CpuShareBox box = cpu_share_box(s.box, s.max_routes, s.max_tokens, s.hidden);
+  CpuShareHeader* head = box.head;
   if (threadIdx.x == 0) {
     const uint64_t t0 = global_ns();
     bool good = true;
@@ -50,10 +51,8 @@ __global__ void __launch_bounds__(k_threads) collect_kernel(const __grid_constan
   }
   __syncthreads();
   if (!ok) return;
-  const float* y = reinterpret_cast<const float*>(s.box + k_cpu_share_header) + 2 * s.max_routes +
-                   s.max_tokens * s.hidden;
   const int64_t width = int64_t{n_tokens} * s.hidden;
-  for (int64_t i = threadIdx.x; i < width; i += k_threads) x[i] += __ldcv(y + i);
+  for (int64_t i = threadIdx.x; i < width; i += k_threads) x[i] += __ldcv(box.y + i);
 }
 }  // namespace
 

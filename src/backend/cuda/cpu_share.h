@@ -32,6 +32,28 @@ inline size_t cpu_share_box_bytes(int64_t max_routes, int64_t max_tokens, int64_
   return k_cpu_share_header + 8 * static_cast<size_t>(max_routes) +
          8 * static_cast<size_t>(max_tokens * hidden);
 }
+#if defined(__CUDACC__)
+#define FT_SHARE_HD __host__ __device__
+#else
+#define FT_SHARE_HD
+#endif
+// The mailbox's parts at `box` (its host or device address), the one statement of the layout
+// that the submit kernel, the collect kernel and the coordinator read.
+struct CpuShareBox {
+  CpuShareHeader* head;
+  int32_t* ids;  // [max_routes]
+  float* w;      // [max_routes]
+  float* x;      // [max_tokens, hidden]
+  float* y;      // [max_tokens, hidden]
+};
+FT_SHARE_HD inline CpuShareBox cpu_share_box(void* box, int64_t max_routes, int64_t max_tokens,
+                                             int64_t hidden) {
+  char* b = static_cast<char*>(box);
+  auto* ids = reinterpret_cast<int32_t*>(b + k_cpu_share_header);
+  float* w = reinterpret_cast<float*>(ids + max_routes);
+  float* x = w + max_routes;
+  return {reinterpret_cast<CpuShareHeader*>(b), ids, w, x, x + max_tokens * hidden};
+}
 
 // Where the device side finds the mailbox and its own state.
 struct CpuShareArgs {
@@ -69,7 +91,7 @@ void slot_cache_admitted(const SlotCacheState& s, const int32_t* admit_slot,
 
 // Waits (one block, on the device) for the CPU's partial sum of the job this layer submitted,
 // if any, and adds it into x [n_tokens, hidden]. On timeout it sets error = 2 and adds nothing
-// (the host checks cpu_share_error after the step).
+// (the host's CpuShare::check reports it after the step).
 void cpu_share_collect(const CpuShareArgs& s, float* x);
 
 }  // namespace ft::cuda

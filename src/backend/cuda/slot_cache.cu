@@ -30,14 +30,12 @@ __device__ __forceinline__ unsigned long long warp_min(unsigned long long v) {
 // header and ready = the next seq; pending = that seq. Called by the whole block.
 __device__ void submit_job(const SlotEnsureArgs& a, const HybridSplitArgs& h, const int32_t* cpu) {
   const CpuShareArgs& sh = h.share;
-  auto* head = reinterpret_cast<CpuShareHeader*>(sh.box);
-  int32_t* box_ids = reinterpret_cast<int32_t*>(sh.box + k_cpu_share_header);
-  float* box_w = reinterpret_cast<float*>(box_ids + sh.max_routes);
-  float* box_x = box_w + sh.max_routes;
+  const CpuShareBox box = cpu_share_box(sh.box, sh.max_routes, sh.max_tokens, sh.hidden);
+  CpuShareHeader* head = box.head;
   const int64_t n = a.count / h.top_k, width = n * sh.hidden;
   for (int64_t i = threadIdx.x; i < a.count; i += blockDim.x)
-    box_ids[i] = cpu[i], box_w[i] = h.weights[i];
-  for (int64_t i = threadIdx.x; i < width; i += blockDim.x) box_x[i] = h.x[i];
+    box.ids[i] = cpu[i], box.w[i] = h.weights[i];
+  for (int64_t i = threadIdx.x; i < width; i += blockDim.x) box.x[i] = h.x[i];
   __threadfence_system();
   __syncthreads();
   if (threadIdx.x == 0) {
@@ -116,8 +114,6 @@ __global__ void __launch_bounds__(k_threads)
     s.counters[SC_LOOKUPS] += na;
     s.counters[SC_HITS] += na - nm;
     s.counters[SC_MISSES] += nm;
-    s.counters[SC_FETCHED] += nf;
-    if (HYBRID) *h.share.cpu_experts += nm - nf;
   }
   __syncthreads();
   const int lane = tid & 31, warp = tid >> 5;
@@ -184,11 +180,13 @@ __global__ void __launch_bounds__(k_threads)
     if (tid == 0) {
       if (h.n_admit) *h.n_admit = n_admit;
       if (n_admit > 0) atomicAdd(h.inflight, n_admit);
-      s.counters[SC_FETCHED] += n_got + n_admit - n_fetch;  // n_fetch counted above
-      *h.share.cpu_experts += n_fetch - n_got;  // fetches that found no slot: CPU
+      *h.share.cpu_experts += n_miss - n_got;  // admitted ones are computed on the CPU too
     }
   }
-  if (tid == 0) *a.n_fetch = n_got;
+  if (tid == 0) {
+    *a.n_fetch = n_got;
+    s.counters[SC_FETCHED] += n_got + n_admit;  // experts copied over PCIe
+  }
   __syncthreads();
   if (tid < na) s.recency[base + active[tid]] = step;
   if (tid < a.count) {
@@ -226,7 +224,6 @@ __global__ void reset_kernel(SlotCacheState s, int64_t n_ids) {
     if (i < s.slots) s.id_of_slot[i] = -1, s.usage[i] = 0;
   }
 }
-
 
 void check_ensure(const SlotEnsureArgs& a) {
   FT_CHECK(a.count > 0 && a.count <= k_max_ids && a.s.slots >= a.s.n_experts &&
