@@ -138,8 +138,7 @@ struct CudaTransformer::Hybrid {
   std::function<void()> job;
   bool busy = false, quit = false;
   std::vector<float> x, w, out;  // [n, H], [n, k], [n, H]
-  std::vector<int64_t> items;    // slots t * top_k + k computed on the CPU
-  std::vector<int32_t> cpu_ids;  // [n, k]: their expert ids, else -1
+  std::vector<int32_t> cpu_ids;  // [n, k]: the expert ids of routes computed on the CPU, else -1
   CpuRouteScratch scratch;
   // This rank's routed slots (all but a whole-expert shard's -1 ids): their index in the
   // layer's [n, top_k], expert ids and cache slots.
@@ -744,17 +743,15 @@ void CudaTransformer::moe_hybrid(int64_t l, int64_t n, cuda::MoeArgs a) {
       own > 0 ? store_->ensure(l, hy.own_ids.data(), own, hy.own_slots.data(), fetch) : 0;
   rt_.t_fetch += tf.seconds();
   std::fill(host_slots_.begin(), host_slots_.end(), -1);
-  hy.items.clear();
+  hy.cpu_ids.assign(count, -1);
+  int64_t m = 0;  // routes computed on the CPU
   for (int64_t j = 0; j < own; ++j) {
     host_slots_[hy.own_at[j]] = hy.own_slots[j];
-    if (hy.own_slots[j] < 0) hy.items.push_back(hy.own_at[j]);
+    if (hy.own_slots[j] < 0) hy.cpu_ids[hy.own_at[j]] = hy.own_ids[j], ++m;
   }
-  const int64_t m = static_cast<int64_t>(hy.items.size());
   if (m > 0) {
     rt_.cpu_experts += cpu;
     hy.out.assign(n * H, 0.f);
-    hy.cpu_ids.assign(count, -1);
-    for (int64_t item : hy.items) hy.cpu_ids[item] = host_ids_[item];
     hy.post([this, &hy, &host, l, count, k] {
       Timer tc;
       compute_cpu_routes(hy.pool, host, l, {hy.x.data(), hy.cpu_ids.data(), hy.w.data(), count, k},
