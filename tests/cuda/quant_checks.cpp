@@ -178,9 +178,10 @@ std::string check_gemv_mode(DType dt, bool int8_on) {
   std::string err;
   ThreadPool pool(2, false);
   // [70, 768]: 24 units per row, several whole rows to a streaming chunk (an expert's down
-  // projection in Qwen3-30B-A3B), rows crossing the lanes' 32-unit runs.
+  // projection in Qwen3-30B-A3B), rows crossing the lanes' 32-unit runs. [24, ~4480]: rows of
+  // several streaming chunks and a partial last one for every format (140 units or more).
   const int64_t shapes[][2] = {{1, be}, {37, 2 * be}, {300, std::max<int64_t>(1024, 4 * be)},
-                               {129, 17 * be}, {70, 768}};
+                               {129, 17 * be}, {70, 768}, {24, (4480 + be - 1) / be * be}};
   for (auto [rows, c0] : shapes) {
     const int64_t cols = dt == DType::F8_E4M3_B128 ? (c0 + 127) / 128 * 128 + 128 : c0;
     QMatrix m = make_matrix(dt, rows, cols, static_cast<uint32_t>(rows * 7 + cols));

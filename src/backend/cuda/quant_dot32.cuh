@@ -6,7 +6,7 @@
 // NVFP4 blocks. The activations come per unit as 8 words of int8 codes with the scales of its
 // two halves and their scaled code sums (XUnit), in the byte order the format's
 // decoder produces (x_order<F>): the nibble-codebook formats look a half-word of 4 nibbles up
-// with one byte permute, so their codes arrive as (low, high) nibble pairs and the activations
+// with byte permutes (book_dot), so their codes arrive as (low, high) nibble pairs and the activations
 // are stored in that order instead of re-interleaving the weights. A: the alignment the
 // block's address is known to have (16, 8, 4, or 1 for any), chosen per chunk by the kernel.
 // Host-callable (prmt, funnel shift and dp4a emulated): quant_codes_test checks every format's
@@ -105,11 +105,6 @@ FT_QD uint32_t ld16(const uint8_t* p) {
   return p[0] | static_cast<uint32_t>(p[1]) << 8;
 }
 
-// ---- nibble codebooks. e2m1 (x2) is symmetric: its 8 magnitudes look up by a nibble's low 3
-// bits with one byte permute per half-word of 4 nibbles. With the raw nibble as selector, the
-// sign bit becomes prmt's replicate flag and negative entries read 0 (the magnitude table's top
-// bits are clear), so sum(v x) = 2 dp4a(pos) - dp4a(all): all = the magnitudes of every nibble.
-constexpr uint32_t k_e2m1_mag0 = 0x03020100u, k_e2m1_mag1 = 0x0c080604u;  // 0 1 2 3 | 4 6 8 12
 // w >> 16 on the multiplier (the ALU pipe, which the permutes and masks use, runs at half rate).
 FT_QD uint32_t hi16(uint32_t w) {
 #if defined(__CUDA_ARCH__)
@@ -118,36 +113,60 @@ FT_QD uint32_t hi16(uint32_t w) {
   return w >> 16;
 #endif
 }
+
+// ---- nibble codebooks (e2m1 x2: MXFP4 / NVFP4; IQ4_NL / IQ4_XS), a signed 16-entry table
+// looked up 4 nibbles at a time by two byte permutes, no mask: prmt's default mode reads a
+// selector nibble's bit 3 as "replicate the selected byte's sign", so with the raw nibble n as
+// selector A = prmt(L, n) is L[n] for n < 8 and sext(L[n & 7]) (0 or -1) above, and with n ^ 8
+// B = prmt(H, n ^ 8) is H[n & 7] for n >= 8 and sext(H[n]) below. split_book picks L and H per
+// entry so that A + B is the codebook value (IQ4: L = the negative low half, H = the high half
+// + 1; e2m1: L = magnitude + 1 where the negative twin is nonzero, H = the negative half), and
+// sum(v x) is one dp4a per table.
+struct SplitBook {
+  uint32_t l0, l1, h0, h1;  // L[0..3], L[4..7], H[0..3], H[4..7] as signed bytes
+  bool ok;                  // every entry represented
+};
+constexpr SplitBook split_book(const int8_t (&v)[16]) {
+  SplitBook s{0, 0, 0, 0, true};
+  for (int k = 0; k < 8; ++k) {
+    const int lo = v[k], hi = v[k + 8];
+    const int cand[3][2] = {{lo, hi + 1}, {lo + 1, hi}, {lo, hi}};
+    bool found = false;
+    for (int c = 0; c < 3 && !found; ++c) {
+      const int l = cand[c][0], h = cand[c][1];
+      const int sl = l < 0 ? -1 : 0, sh = h < 0 ? -1 : 0;  // the replicated signs
+      if (l < -128 || l > 127 || h < -128 || h > 127 || l + sh != lo || sl + h != hi) continue;
+      found = true;
+      const uint32_t lb = static_cast<uint8_t>(l), hb = static_cast<uint8_t>(h);
+      if (k < 4) s.l0 |= lb << (8 * k), s.h0 |= hb << (8 * k);
+      else s.l1 |= lb << (8 * (k - 4)), s.h1 |= hb << (8 * (k - 4));
+    }
+    s.ok = s.ok && found;
+  }
+  return s;
+}
+constexpr SplitBook k_e2m1_split = split_book(quant::k_e2m1_x2), k_iq4_split = split_book(quant::k_iq4nl);
+static_assert(k_e2m1_split.ok && k_iq4_split.ok, "codebook not representable as L + H");
+// Namespace-scope constexpr scalars are usable in device code (structs are not).
+constexpr uint32_t k_e2m1_l0 = k_e2m1_split.l0, k_e2m1_l1 = k_e2m1_split.l1, k_e2m1_h0 = k_e2m1_split.h0,
+                   k_e2m1_h1 = k_e2m1_split.h1;
+constexpr uint32_t k_iq4_l0 = k_iq4_split.l0, k_iq4_l1 = k_iq4_split.l1, k_iq4_h0 = k_iq4_split.h0,
+                   k_iq4_h1 = k_iq4_split.h1;
 // A format's byte-permute tables as values the compiler cannot see are constant, made once per
 // kernel (tables<F>(z) with z a runtime 0): with a known constant as its table operand, ptxas
 // lets each permute overwrite the register holding it and re-materializes the constant before
 // the next one (measured in the sm_90 SASS: one extra MOV per permute, 16 per MXFP4 unit).
 struct Tables {
-  uint32_t t0, t1, t2, t3;
+  uint32_t t0, t1, t2, t3;  // L, then H (split_book)
 };
 // Over w's 8 nibbles (byte order lo, hi per byte) with the codes q0 (w's low half-word) and q1
-// (its high one): pos += sum over the non-negative entries, all += sum over |entries|. tb:
-// k_e2m1_mag0, k_e2m1_mag1.
-FT_QD void e2m1_dot(const Tables& tb, uint32_t w, uint32_t q0, uint32_t q1, int& pos, int& all) {
-  const uint32_t m7 = w & 0x77777777u, mag0 = tb.t0, mag1 = tb.t1;
-  pos = dot_u8s8(prmt_s(mag0, mag1, w), q0, pos);
-  pos = dot_u8s8(prmt_s(mag0, mag1, hi16(w)), q1, pos);
-  all = dot_u8s8(prmt_s(mag0, mag1, m7), q0, all);
-  all = dot_u8s8(prmt_s(mag0, mag1, hi16(m7)), q1, all);
-}
-// IQ4_NL's table (biased +128 to bytes) is not symmetric: entries 0..7 and 8..15 look up
-// separately and bit 3 of each nibble picks, through a byte mask made by prmt's replicate
-// mode from the nibbles' bit 3 (shifted to a byte's top bit). tb: k_iq4_w0 .. k_iq4_w3.
-FT_QD int iq4_dot(const Tables& tb, uint32_t w, uint32_t q0, uint32_t q1, int acc) {
-  const uint32_t m7 = w & 0x77777777u, w4 = w << 4;
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const uint32_t s = h ? hi16(m7) : m7;
-    const uint32_t lo = prmt_s(tb.t0, tb.t1, s), hi = prmt_s(tb.t2, tb.t3, s);
-    const uint32_t mask = prmt_s(w4, w, h ? 0xfbeau : 0xd9c8u);  // 0xff where bit 3 is set
-    acc = dot_u8s8((hi & mask) | (lo & ~mask), h ? q1 : q0, acc);
-  }
-  return acc;
+// (its high one): a += the L lookups' dot, b += the H lookups' (sum(v x) = a + b).
+FT_QD void book_dot(const Tables& tb, uint32_t w, uint32_t q0, uint32_t q1, int& a, int& b) {
+  const uint32_t wx = w ^ 0x88888888u;
+  a = dot_s8s8(prmt_s(tb.t0, tb.t1, w), q0, a);
+  b = dot_s8s8(prmt_s(tb.t2, tb.t3, wx), q0, b);
+  a = dot_s8s8(prmt_s(tb.t0, tb.t1, hi16(w)), q1, a);
+  b = dot_s8s8(prmt_s(tb.t2, tb.t3, hi16(wx)), q1, b);
 }
 
 // Q4_0 / Q4_1's 16 bytes of nibble pairs (w[0..4)): lo = the low nibbles (elements 0..15) and
@@ -212,10 +231,10 @@ struct Dot32<IQ4_NL> {
   static FT_QD float dot(const uint8_t* p, int, const XUnit& x, const Tables& tb) {
     uint32_t w[4];
     ldw<4, 1>(p + 2, w);
-    int su = 0;
+    int a = 0, b = 0;
 #pragma unroll
-    for (int k = 0; k < 4; ++k) su = iq4_dot(tb, w[k], x.q[2 * k], x.q[2 * k + 1], su);
-    return h2f(static_cast<uint16_t>(ld16<A>(p))) * fmaf(x.dx0, i2f(su), -128.f * (x.s0 + x.s1));
+    for (int k = 0; k < 4; ++k) book_dot(tb, w[k], x.q[2 * k], x.q[2 * k + 1], a, b);
+    return h2f(static_cast<uint16_t>(ld16<A>(p))) * (x.dx0 * i2f(a + b));
   }
 };
 template <>
@@ -224,27 +243,40 @@ struct Dot32<MXFP4> {
   static FT_QD float dot(const uint8_t* p, int, const XUnit& x, const Tables& tb) {
     uint32_t w[4];
     ldw<4, 1>(p + 1, w);  // 17-byte blocks
-    int pos = 0, all = 0;
+    int a = 0, b = 0;
 #pragma unroll
-    for (int k = 0; k < 4; ++k) e2m1_dot(tb, w[k], x.q[2 * k], x.q[2 * k + 1], pos, all);
+    for (int k = 0; k < 4; ++k) book_dot(tb, w[k], x.q[2 * k], x.q[2 * k + 1], a, b);
     // 0.5 * 2^(e - 127) (e < 2: denormals); e = 255 (NaN) no quantizer writes
     const uint32_t e = p[0];
-    return bits_f32(e > 1 ? (e - 1) << 23 : 0x00200000u << e) * x.dx0 * i2f(2 * pos - all);
+    return bits_f32(e > 1 ? (e - 1) << 23 : 0x00200000u << e) * x.dx0 * i2f(a + b);
   }
 };
+// Two e4m3 bytes (v's low byte -> lo, the next -> hi) as f32, exactly: on sm_89+ one
+// e4m3x2 -> f16x2 convert (f16 holds every e4m3 value) and two widenings.
+FT_QD void e4m3x2_f32(uint32_t v, float& lo, float& hi) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(v & 0xffffu), __NV_E4M3);
+  const float2 f = __half22float2(__half2(h));
+  lo = f.x, hi = f.y;
+#else
+  lo = e4m3_f32(static_cast<uint8_t>(v)), hi = e4m3_f32(static_cast<uint8_t>(v >> 8));
+#endif
+}
 template <>
 struct Dot32<NVFP4> {
   template <int A>
   static FT_QD float dot(const uint8_t* p, int, const XUnit& x, const Tables& tb) {
+    float sc[2];  // the two blocks' scales
+    e4m3x2_f32(p[0] | static_cast<uint32_t>(p[9]) << 8, sc[0], sc[1]);
     float acc = 0.f;
 #pragma unroll
     for (int b = 0; b < 2; ++b) {  // two 9-byte blocks: scale byte, 8 bytes of nibble pairs
       uint32_t w[2];
       ldw<2, 1>(p + 9 * b + 1, w);
-      int pos = 0, all = 0;
-      e2m1_dot(tb, w[0], x.q[4 * b], x.q[4 * b + 1], pos, all);
-      e2m1_dot(tb, w[1], x.q[4 * b + 2], x.q[4 * b + 3], pos, all);
-      acc = fmaf(0.5f * e4m3_f32(p[9 * b]) * (b ? x.dx1 : x.dx0), i2f(2 * pos - all), acc);
+      int sl = 0, sh = 0;
+      book_dot(tb, w[0], x.q[4 * b], x.q[4 * b + 1], sl, sh);
+      book_dot(tb, w[1], x.q[4 * b + 2], x.q[4 * b + 3], sl, sh);
+      acc = fmaf(0.5f * sc[b] * (b ? x.dx1 : x.dx0), i2f(sl + sh), acc);
     }
     return acc;
   }
@@ -256,11 +288,11 @@ struct Dot32<IQ4_XS> {
     uint32_t h[2], w[4];
     ldw<2, A>(p, h);  // d | scales_h << 16, scales_l
     ldw<4, A>(p + 8 + 16 * s, w);
-    int su = 0;
+    int a = 0, b = 0;
 #pragma unroll
-    for (int k = 0; k < 4; ++k) su = iq4_dot(tb, w[k], x.q[2 * k], x.q[2 * k + 1], su);
+    for (int k = 0; k < 4; ++k) book_dot(tb, w[k], x.q[2 * k], x.q[2 * k + 1], a, b);
     const int ls = static_cast<int>(((h[1] >> (4 * s)) & 15u) | (((h[0] >> (16 + 2 * s)) & 3u) << 4)) - 32;
-    return h2f(static_cast<uint16_t>(h[0])) * i2f(ls) * fmaf(x.dx0, i2f(su), -128.f * (x.s0 + x.s1));
+    return h2f(static_cast<uint16_t>(h[0])) * i2f(ls) * (x.dx0 * i2f(a + b));
   }
 };
 
@@ -286,9 +318,9 @@ struct Group {
 template <class F>
 FT_QD Tables tables(uint32_t z) {
   if constexpr (std::is_same_v<F, MXFP4> || std::is_same_v<F, NVFP4>)
-    return {k_e2m1_mag0 | z, k_e2m1_mag1 | z, 0, 0};
+    return {k_e2m1_l0 | z, k_e2m1_l1 | z, k_e2m1_h0 | z, k_e2m1_h1 | z};
   if constexpr (std::is_same_v<F, IQ4_NL> || std::is_same_v<F, IQ4_XS>)
-    return {k_iq4_w0 | z, k_iq4_w1 | z, k_iq4_w2 | z, k_iq4_w3 | z};
+    return {k_iq4_l0 | z, k_iq4_l1 | z, k_iq4_h0 | z, k_iq4_h1 | z};
   return {0, 0, 0, 0};
 }
 template <class F>
@@ -304,6 +336,13 @@ FT_QD float dot_units(const uint8_t* p, int s, const X& x, const Tables& tb) {
 // mantissa at 2^23 (one PRMT and an FADD).
 FT_QD float byte_fb(uint32_t w, int k, float bias) {
   return bits_f32(prmt(w, 0x4B00u, 0x5440u | static_cast<uint32_t>(k))) - (8388608.f - bias);
+}
+// byte_fb with the constant as the permute's first operand and w its second: the selector is
+// then an immediate and 0x4B00 one register, where byte_fb's form has ptxas move a selector
+// into a register before every permute (Q2_K: 16 MOVs per group of 4 units; Q4_K / Q5_K's
+// pair keeps fewer with byte_fb).
+FT_QD float byte_fbi(uint32_t w, int k, float bias) {
+  return bits_f32(prmt(0x4B00u, w, 0x1004u + static_cast<uint32_t>(k))) - (8388608.f - bias);
 }
 // Unit sums: the low (elements 0..15) and high (16..31) halves of u[k] . x.q[k].
 FT_QD void dot_halves(const uint32_t (&u)[8], const XUnit& x, int& su0, int& su1) {
@@ -413,24 +452,25 @@ struct Group<Q2_K> {  // sub-blocks s = 4n .. 4n + 3: bits 2 j of qs bytes 32 n 
     uint32_t q[8], sw[2];
     ldw<8, A>(p + 16 + 32 * n, q);
     ldw<2, A>(p + 8 * n, sw);  // scale | min << 4 per 16 elements
-    float r = 0.f, m = 0.f;
+    float r[4], m = 0.f;  // r[j]: 4^j x sub-block j's scaled sums
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
-      uint32_t u[8];
+      uint32_t u[8];  // the codes masked in place: 4^j x their values (no shift)
 #pragma unroll
-      for (int k = 0; k < 8; ++k) u[k] = (q[k] >> (2 * j)) & 0x03030303u;
+      for (int k = 0; k < 8; ++k) u[k] = q[k] & (0x03030303u << (2 * j));
       const XUnit xj = x(j);
       int su0, su1;
       dot_halves(u, xj, su0, su1);
       const uint32_t sc = sw[j >> 1] & 0x0f0f0f0fu, mn = (sw[j >> 1] >> 4) & 0x0f0f0f0fu;
       const int b = 2 * (j & 1);
-      r = fmaf(byte_fb(sc, b, 0.f), xj.dx0 * i2f(su0), r);
-      r = fmaf(byte_fb(sc, b + 1, 0.f), xj.dx1 * i2f(su1), r);
-      m = fmaf(byte_fb(mn, b, 0.f), xj.s0, m);
-      m = fmaf(byte_fb(mn, b + 1, 0.f), xj.s1, m);
+      r[j] = byte_fbi(sc, b, 0.f) * (xj.dx0 * i2f(su0));
+      r[j] = fmaf(byte_fbi(sc, b + 1, 0.f), xj.dx1 * i2f(su1), r[j]);
+      m = fmaf(byte_fbi(mn, b, 0.f), xj.s0, m);
+      m = fmaf(byte_fbi(mn, b + 1, 0.f), xj.s1, m);
     }
+    const float rs = fmaf(r[3], 1.f / 64, fmaf(r[2], 1.f / 16, fmaf(r[1], 0.25f, r[0])));
     const float d = h2f(static_cast<uint16_t>(ld16<A>(p + 80))), dmin = h2f(static_cast<uint16_t>(ld16<A>(p + 82)));
-    return fmaf(d, r, -dmin * m);
+    return fmaf(d, rs, -dmin * m);
   }
 };
 template <>
