@@ -511,7 +511,8 @@ std::vector<Check> quant_checks(const std::string& fixtures_dir) {
 // copies of its matrix totalling >= 512 MB so no launch finds its weights in the 60 MB L2;
 // back-to-back launches, so small shapes include the launch gaps. "experts" rows: the 30B-A3B
 // decode expert GEMVs, 8 routed experts of 128 (gate+up [768, 2048] in one launch, down
-// [2048, 768]) through quant_experts_gemv. FT_QUANT_BENCH=NAME,NAME limits the formats.
+// [2048, 768]) through quant_experts_gemv. FT_QUANT_BENCH=NAME,NAME limits the formats;
+// FT_QUANT_BENCH_GRAPH=1 times graph replays instead of host launches.
 std::string quant_bandwidth() {
   std::string s;
   const size_t cb = size_t{1} << 30;
@@ -540,6 +541,10 @@ std::string quant_bandwidth() {
                           {6144, 2048, 0, false},  {2048, 6144, 0, false},
                           {98304, 2048, 0, false}, {768, 2048, 128, true},
                           {2048, 768, 128, false}};
+  // FT_QUANT_BENCH_GRAPH=1: each timing replays one captured graph of the launches (the
+  // kernels' own time, as decode's captured steps see it) instead of launching from the host.
+  const bool graph = std::getenv("FT_QUANT_BENCH_GRAPH") != nullptr;
+  if (graph) s += "(launches replayed from a captured CUDA graph)\n";
   std::vector<DType> fs = formats();
   fs.insert(fs.begin(), DType::BF16);
   if (const char* only = std::getenv("FT_QUANT_BENCH")) {  // e.g. Q8_0,Q4_K: just these formats
@@ -591,11 +596,26 @@ std::string quant_bandwidth() {
         for (size_t i = 0; i < copies; ++i) run(i, n);  // warm-up
         cuda::synchronize();
         const int reps = static_cast<int>(std::max<size_t>(20, copies * 2));
-        const auto t0 = std::chrono::steady_clock::now();
-        for (int r = 0; r < reps; ++r) run(r % copies, n);
-        cuda::synchronize();
-        const double sec =
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / reps;
+        double sec = 0;
+        if (graph) {  // the launches captured once and replayed: no host launch cost per kernel
+          cuda::Stream st;
+          cuda::StreamScope scope(st);
+          cuda::Graph g;
+          g.capture_begin();
+          for (int r = 0; r < reps; ++r) run(r % copies, n);
+          g.capture_end();
+          g.launch();
+          st.synchronize();
+          const auto t0 = std::chrono::steady_clock::now();
+          g.launch();
+          st.synchronize();
+          sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / reps;
+        } else {
+          const auto t0 = std::chrono::steady_clock::now();
+          for (int r = 0; r < reps; ++r) run(r % copies, n);
+          cuda::synchronize();
+          sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / reps;
+        }
         cuda::set_quant_gemv_int8(true);
         return read / sec;
       };
