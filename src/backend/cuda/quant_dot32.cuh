@@ -6,8 +6,8 @@
 // NVFP4 blocks. The activations come per unit as 8 words of int8 codes with the scales of its
 // two halves and their scaled code sums (XUnit), in the byte order the format's
 // decoder produces (x_order<F>): the nibble-codebook formats look a half-word of 4 nibbles up
-// with byte permutes (book_dot), so their codes arrive as (low, high) nibble pairs and the activations
-// are stored in that order instead of re-interleaving the weights. A: the alignment the
+// with byte permutes (book_dot), so their codes arrive as (low, high) nibble pairs and the
+// activations are stored in that order instead of re-interleaving the weights. A: the alignment the
 // block's address is known to have (16, 8, 4, or 1 for any), chosen per chunk by the kernel.
 // Host-callable (prmt, funnel shift and dp4a emulated): quant_codes_test checks every format's
 // groups against the reference dequant on the CPU.
@@ -138,18 +138,21 @@ constexpr SplitBook split_book(const int8_t (&v)[16]) {
       if (l < -128 || l > 127 || h < -128 || h > 127 || l + sh != lo || sl + h != hi) continue;
       found = true;
       const uint32_t lb = static_cast<uint8_t>(l), hb = static_cast<uint8_t>(h);
-      if (k < 4) s.l0 |= lb << (8 * k), s.h0 |= hb << (8 * k);
-      else s.l1 |= lb << (8 * (k - 4)), s.h1 |= hb << (8 * (k - 4));
+      if (k < 4)
+        s.l0 |= lb << (8 * k), s.h0 |= hb << (8 * k);
+      else
+        s.l1 |= lb << (8 * (k - 4)), s.h1 |= hb << (8 * (k - 4));
     }
     s.ok = s.ok && found;
   }
   return s;
 }
-constexpr SplitBook k_e2m1_split = split_book(quant::k_e2m1_x2), k_iq4_split = split_book(quant::k_iq4nl);
+constexpr SplitBook k_e2m1_split = split_book(quant::k_e2m1_x2),
+                    k_iq4_split = split_book(quant::k_iq4nl);
 static_assert(k_e2m1_split.ok && k_iq4_split.ok, "codebook not representable as L + H");
 // Namespace-scope constexpr scalars are usable in device code (structs are not).
-constexpr uint32_t k_e2m1_l0 = k_e2m1_split.l0, k_e2m1_l1 = k_e2m1_split.l1, k_e2m1_h0 = k_e2m1_split.h0,
-                   k_e2m1_h1 = k_e2m1_split.h1;
+constexpr uint32_t k_e2m1_l0 = k_e2m1_split.l0, k_e2m1_l1 = k_e2m1_split.l1,
+                   k_e2m1_h0 = k_e2m1_split.h0, k_e2m1_h1 = k_e2m1_split.h1;
 constexpr uint32_t k_iq4_l0 = k_iq4_split.l0, k_iq4_l1 = k_iq4_split.l1, k_iq4_h0 = k_iq4_split.h0,
                    k_iq4_h1 = k_iq4_split.h1;
 // A format's byte-permute tables as values the compiler cannot see are constant, made once per
@@ -255,7 +258,8 @@ struct Dot32<MXFP4> {
 // e4m3x2 -> f16x2 convert (f16 holds every e4m3 value) and two widenings.
 FT_QD void e4m3x2_f32(uint32_t v, float& lo, float& hi) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
-  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(v & 0xffffu), __NV_E4M3);
+  const __half2_raw h =
+      __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(v & 0xffffu), __NV_E4M3);
   const float2 f = __half22float2(__half2(h));
   lo = f.x, hi = f.y;
 #else
@@ -291,7 +295,8 @@ struct Dot32<IQ4_XS> {
     int a = 0, b = 0;
 #pragma unroll
     for (int k = 0; k < 4; ++k) book_dot(tb, w[k], x.q[2 * k], x.q[2 * k + 1], a, b);
-    const int ls = static_cast<int>(((h[1] >> (4 * s)) & 15u) | (((h[0] >> (16 + 2 * s)) & 3u) << 4)) - 32;
+    const int ls =
+        static_cast<int>(((h[1] >> (4 * s)) & 15u) | (((h[0] >> (16 + 2 * s)) & 3u) << 4)) - 32;
     return h2f(static_cast<uint16_t>(h[0])) * i2f(ls) * (x.dx0 * i2f(a + b));
   }
 };
@@ -363,7 +368,8 @@ FT_QD float k4_pair(const uint32_t (&h)[4], int s, const int (&a)[2], const int 
                     const XUnit& x0, const XUnit& x1) {
   const bool hi = s >= 4;
   const uint32_t sc = hi ? (h[3] & 0x0f0f0f0fu) | ((h[1] >> 2) & 0x30303030u) : h[1] & 0x3f3f3f3fu;
-  const uint32_t mn = hi ? ((h[3] >> 4) & 0x0f0f0f0fu) | ((h[2] >> 2) & 0x30303030u) : h[2] & 0x3f3f3f3fu;
+  const uint32_t mn =
+      hi ? ((h[3] >> 4) & 0x0f0f0f0fu) | ((h[2] >> 2) & 0x30303030u) : h[2] & 0x3f3f3f3fu;
   const int k = s & 3;
   const float d = h2f(static_cast<uint16_t>(h[0])), dmin = h2f(static_cast<uint16_t>(h[0] >> 16));
   const float r = byte_fb(sc, k, 0.f) * fmaf(x0.dx0, i2f(a[0]), x0.dx1 * i2f(a[1])) +
@@ -403,11 +409,13 @@ struct Group<Q5_K> {  // as Q4_K, with bit s (s + 1) of qh as each code's bit 4
     const XUnit x0 = x(0);
 #pragma unroll
     for (int k = 0; k < 8; ++k)
-      a[k / 4] = dot_u8s8((w[k] & 0x0f0f0f0fu) | (((qh[k] >> s) << 4) & 0x10101010u), x0.q[k], a[k / 4]);
+      a[k / 4] =
+          dot_u8s8((w[k] & 0x0f0f0f0fu) | (((qh[k] >> s) << 4) & 0x10101010u), x0.q[k], a[k / 4]);
     const XUnit x1 = x(1);
 #pragma unroll
     for (int k = 0; k < 8; ++k)
-      b[k / 4] = dot_u8s8(((w[k] >> 4) & 0x0f0f0f0fu) | (((qh[k] >> s) << 3) & 0x10101010u), x1.q[k], b[k / 4]);
+      b[k / 4] = dot_u8s8(((w[k] >> 4) & 0x0f0f0f0fu) | (((qh[k] >> s) << 3) & 0x10101010u),
+                          x1.q[k], b[k / 4]);
     return k4_pair(h, s, a, b, 1.f, x0, x1);
   }
 };
@@ -436,7 +444,8 @@ struct Group<Q6_K> {  // sub-blocks s = 4n .. 4n + 3: ql 64 n .. (two halves), q
       const XUnit xj = x(j);
       int su0, su1;
       dot_halves(u, xj, su0, su1);
-      const float sc0 = byte_fb(sw[j >> 1], 2 * (j & 1), -128.f), sc1 = byte_fb(sw[j >> 1], 2 * (j & 1) + 1, -128.f);
+      const float sc0 = byte_fb(sw[j >> 1], 2 * (j & 1), -128.f),
+                  sc1 = byte_fb(sw[j >> 1], 2 * (j & 1) + 1, -128.f);
       r = fmaf(sc0, fmaf(xj.dx0, i2f(su0), -32.f * xj.s0), r);
       r = fmaf(sc1, fmaf(xj.dx1, i2f(su1), -32.f * xj.s1), r);
     }
@@ -452,7 +461,7 @@ struct Group<Q2_K> {  // sub-blocks s = 4n .. 4n + 3: bits 2 j of qs bytes 32 n 
     uint32_t q[8], sw[2];
     ldw<8, A>(p + 16 + 32 * n, q);
     ldw<2, A>(p + 8 * n, sw);  // scale | min << 4 per 16 elements
-    float r[4], m = 0.f;  // r[j]: 4^j x sub-block j's scaled sums
+    float r[4], m = 0.f;       // r[j]: 4^j x sub-block j's scaled sums
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       uint32_t u[8];  // the codes masked in place: 4^j x their values (no shift)
@@ -469,7 +478,8 @@ struct Group<Q2_K> {  // sub-blocks s = 4n .. 4n + 3: bits 2 j of qs bytes 32 n 
       m = fmaf(byte_fbi(mn, b + 1, 0.f), xj.s1, m);
     }
     const float rs = fmaf(r[3], 1.f / 64, fmaf(r[2], 1.f / 16, fmaf(r[1], 0.25f, r[0])));
-    const float d = h2f(static_cast<uint16_t>(ld16<A>(p + 80))), dmin = h2f(static_cast<uint16_t>(ld16<A>(p + 82)));
+    const float d = h2f(static_cast<uint16_t>(ld16<A>(p + 80))),
+                dmin = h2f(static_cast<uint16_t>(ld16<A>(p + 82)));
     return fmaf(d, rs, -dmin * m);
   }
 };
