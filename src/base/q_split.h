@@ -10,15 +10,18 @@ namespace ft {
 
 constexpr int64_t k_q16_one = int64_t{1} << 16;
 
+// The slower side of fetching F of `misses` and leaving the rest to the CPU (scaled by 2^16).
+constexpr int64_t hybrid_split_cost_q16(int64_t F, int64_t misses, int64_t q) {
+  const int64_t fetch = F * (k_q16_one - q), cpu = (misses - F) * q;
+  return fetch > cpu ? fetch : cpu;
+}
+
 constexpr int64_t hybrid_fetch_count_q16(int64_t misses, int64_t q) {
   if (misses <= 0) return 0;
-  const int64_t lo = (misses * q) >> 16;
-  const int64_t c0 = (lo * (k_q16_one - q)) > ((misses - lo) * q) ? lo * (k_q16_one - q)
-                                                                    : (misses - lo) * q;
-  const int64_t hi = lo + 1;
-  const int64_t c1 = (hi * (k_q16_one - q)) > ((misses - hi) * q) ? hi * (k_q16_one - q)
-                                                                    : (misses - hi) * q;
-  const int64_t best = hi <= misses && c1 < c0 ? hi : lo;
+  const int64_t lo = (misses * q) >> 16, hi = lo + 1;
+  const bool up =
+      hi <= misses && hybrid_split_cost_q16(hi, misses, q) < hybrid_split_cost_q16(lo, misses, q);
+  const int64_t best = up ? hi : lo;
   return best < misses ? best : misses;
 }
 

@@ -292,12 +292,12 @@ GpuExpertStore::GpuExpertStore(const HostExperts& host, int64_t slots, bool devi
     d_usage_ = cuda::DeviceBuffer(slots * sizeof(int64_t));
     d_recency_ = cuda::DeviceBuffer(ids * sizeof(int64_t));
     d_counters_ = cuda::DeviceBuffer(cuda::k_slot_counters * sizeof(int64_t));
-    d_fetch_ = cuda::DeviceBuffer(256 * sizeof(int32_t));
-    d_fetch_slot_ = cuda::DeviceBuffer(256 * sizeof(int32_t));
+    d_fetch_ = cuda::DeviceBuffer(cuda::k_slot_max_ids * sizeof(int32_t));
+    d_fetch_slot_ = cuda::DeviceBuffer(cuda::k_slot_max_ids * sizeof(int32_t));
     d_n_fetch_ = cuda::DeviceBuffer(sizeof(int32_t));
     // Per MoE layer (a layer's lists are read by its background copy until the pass joins it):
     // ids then slots; counts, then the in-flight total.
-    d_admit_ = cuda::DeviceBuffer(host.moe_layers * 2 * 256 * sizeof(int32_t));
+    d_admit_ = cuda::DeviceBuffer(host.moe_layers * 2 * cuda::k_slot_max_ids * sizeof(int32_t));
     d_admit_n_ = cuda::DeviceBuffer((host.moe_layers + 1) * sizeof(int32_t));
     cuda::memset_async(d_admit_n_.data(), 0, d_admit_n_.bytes());
     cuda::memset_async(d_recency_.data(), 0, d_recency_.bytes());
@@ -334,7 +334,7 @@ void GpuExpertStore::ensure_device(int64_t l, const int32_t* ids, int64_t count,
   if (split) {
     cuda::HybridSplitArgs h = *split;
     const int64_t m = moe_index_[l];
-    h.admit = d_admit_.as<int32_t>() + m * 512, h.admit_slot = h.admit + 256;
+    h.admit = admit_ids(m), h.admit_slot = h.admit + cuda::k_slot_max_ids;
     h.n_admit = d_admit_n_.as<int32_t>() + m;
     h.inflight = d_admit_n_.as<int32_t>() + host_.moe_layers;
     cuda::slot_cache_ensure_hybrid(ensure, h);
@@ -347,10 +347,15 @@ void GpuExpertStore::ensure_device(int64_t l, const int32_t* ids, int64_t count,
 void GpuExpertStore::admit_device(int64_t l) {
   FT_CHECK(device_cache_ && moe_index_[l] >= 0, "admit_device: layer {}", l);
   const int64_t m = moe_index_[l];
-  int32_t* admit = d_admit_.as<int32_t>() + m * 512;
+  int32_t* admit = admit_ids(m);
   int32_t* n = d_admit_n_.as<int32_t>();
-  copy_misses(l, admit, admit + 256, n + m, k_admit_blocks);
-  cuda::slot_cache_admitted(device_state(), admit + 256, n + m, n + host_.moe_layers);
+  copy_misses(l, admit, admit + cuda::k_slot_max_ids, n + m, k_admit_blocks);
+  cuda::slot_cache_admitted(device_state(), admit + cuda::k_slot_max_ids, n + m,
+                            n + host_.moe_layers);
+}
+
+int32_t* GpuExpertStore::admit_ids(int64_t moe_layer) const {
+  return d_admit_.as<int32_t>() + moe_layer * 2 * cuda::k_slot_max_ids;
 }
 
 void GpuExpertStore::copy_misses(int64_t l, const int32_t* ids, const int32_t* slots,

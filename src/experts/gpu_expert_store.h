@@ -183,6 +183,8 @@ class GpuExpertStore {
   cuda::DeviceBuffer d_slot_for_id_, d_id_of_slot_, d_usage_, d_recency_, d_counters_;
   cuda::DeviceBuffer d_fetch_, d_fetch_slot_, d_n_fetch_;
   cuda::DeviceBuffer d_admit_, d_admit_n_;  // HYBRID admissions: ids | slots; count | in flight
+  // MoE layer m's admission list: k_slot_max_ids expert ids, then as many slots.
+  int32_t* admit_ids(int64_t moe_layer) const;
   std::vector<const char*> dev_base_;  // [n_layers] mapped host blocks
   cuda::SlotCacheState device_state() const;
 };

@@ -492,10 +492,13 @@ struct SlotCacheState {
 enum SlotCounter { SC_STEP, SC_LOOKUPS, SC_HITS, SC_MISSES, SC_EVICTIONS, SC_FETCHED };
 constexpr int k_slot_counters = 6;
 
-// One ExpertCache::ensure of `layer` for the ids [count] on the device (count <= 256): hits
-// are touched, every miss gets the least recently used slot not used by this step (priority:
-// most recently active, then lower id). slot_ids[i] = the slot of ids[i]; fetch/fetch_slot
-// [*n_fetch] = the experts to copy and where. One block; nothing returns to the host.
+// Ids one slot_cache_ensure takes at most (its fetch and admission lists hold as many).
+constexpr int64_t k_slot_max_ids = 256;
+// One ExpertCache::ensure of `layer` for the ids [count] on the device (count <=
+// k_slot_max_ids): hits are touched, every miss gets the least recently used slot not used by
+// this step (priority: most recently active, then lower id). slot_ids[i] = the slot of ids[i];
+// fetch/fetch_slot [*n_fetch] = the experts to copy and where. One block; nothing returns to
+// the host.
 struct SlotEnsureArgs {
   SlotCacheState s;
   int64_t layer;

@@ -17,7 +17,7 @@ namespace ft::cuda {
 
 namespace {
 constexpr int k_threads = 1024;
-constexpr int k_max_ids = 256;
+constexpr int k_max_ids = static_cast<int>(k_slot_max_ids);
 
 __device__ __forceinline__ unsigned long long warp_min(unsigned long long v) {
 #pragma unroll
