@@ -57,6 +57,62 @@ __device__ __forceinline__ T to_elem(float x) {
     return x;
 }
 
+// A lane's DPL consecutive cache elements of one K or V row, as raw 32-bit words (a bf16 pair
+// per word), loaded unconditionally (callers clamp the row and the dims to valid ones) so that
+// a round's loads are all in flight before the first is used.
+template <typename T, int DPL>
+struct LaneRow {
+  static constexpr int kBytes = static_cast<int>(sizeof(T)) * DPL;
+  static constexpr int kWords = kBytes >= 4 ? kBytes / 4 : 1;
+  uint32_t w[kWords];
+  // Element j as f32.
+  __device__ __forceinline__ float at(int j) const {
+    if constexpr (sizeof(T) == 4)
+      return __uint_as_float(w[j]);
+    else
+      return __uint_as_float(j % 2 == 0 ? w[j / 2] << 16 : w[j / 2] & 0xffff0000u);
+  }
+};
+// VEC (head_dim % DPL == 0): the lane's dims are one aligned vector of a row (rows start at
+// multiples of head_dim and kv_dim elements), read with 2- to 16-byte loads; else element by
+// element, each index clamped to the head (the extra dims meet q = 0).
+template <typename T, int DPL, bool VEC>
+__device__ __forceinline__ LaneRow<T, DPL> load_lane(const T* row, int64_t d0, int64_t hd) {
+  using L = LaneRow<T, DPL>;
+  L r;
+  if constexpr (!VEC) {
+#pragma unroll
+    for (int j = 0; j < DPL; ++j) {
+      const T e = row[min(d0 + j, hd - 1)];
+      uint32_t bits;
+      if constexpr (sizeof(T) == 4)
+        bits = __float_as_uint(e);
+      else
+        bits = __bfloat16_as_ushort(e);
+      if constexpr (sizeof(T) == 4)
+        r.w[j] = bits;
+      else if (j % 2 == 0)
+        r.w[j / 2] = bits;
+      else
+        r.w[j / 2] |= bits << 16;
+    }
+  } else if constexpr (L::kBytes == 2) {
+    r.w[0] = *reinterpret_cast<const uint16_t*>(row + d0);
+  } else if constexpr (L::kBytes == 4) {
+    r.w[0] = *reinterpret_cast<const uint32_t*>(row + d0);
+  } else if constexpr (L::kBytes == 8) {
+    const uint2 v = *reinterpret_cast<const uint2*>(row + d0);
+    r.w[0] = v.x, r.w[1] = v.y;
+  } else {
+#pragma unroll
+    for (int i = 0; i < L::kWords / 4; ++i) {
+      const uint4 v = reinterpret_cast<const uint4*>(row + d0)[i];
+      r.w[4 * i] = v.x, r.w[4 * i + 1] = v.y, r.w[4 * i + 2] = v.z, r.w[4 * i + 3] = v.w;
+    }
+  }
+  return r;
+}
+
 // ROPE: the pass's tokens a (token, head) block may score keys of (one sequence's run).
 constexpr int k_run = static_cast<int>(k_gemv_max_tokens);
 
@@ -66,7 +122,7 @@ constexpr int k_run = static_cast<int>(k_gemv_max_tokens);
 // pass's own tokens (the run of its sequence's tokens ending at t, at most k_run), warp 1 + f
 // does key f of the run (k norm + rotation, rounded to T) and its value into shared memory; the
 // block of the group's first head holding the chunk with pos stores the token's own K/V rows.
-template <typename T, int DPL, bool ROPE>
+template <typename T, int DPL, bool ROPE, bool VEC>
 __global__ void __launch_bounds__(32 * k_warps)
     decode_kernel(const __grid_constant__ AttentionArgs a) {
   const int64_t h = blockIdx.x, t = blockIdx.y, split = blockIdx.z;
@@ -110,7 +166,7 @@ __global__ void __launch_bounds__(32 * k_warps)
   if (split >= used) return;  // a chunk past this token's keys
   // ROPE: the q head (f32) and the run's keys and values (cache elements) in shared memory.
   __shared__ float s_q[ROPE ? 32 * DPL : 1], s_stage[ROPE ? 1 + k_run : 1][ROPE ? 32 * DPL : 1];
-  __shared__ T s_kf[ROPE ? k_run : 1][ROPE ? 32 * DPL : 1],
+  __shared__ alignas(16) T s_kf[ROPE ? k_run : 1][ROPE ? 32 * DPL : 1],
       s_vf[ROPE ? k_run : 1][ROPE ? 32 * DPL : 1];
   if constexpr (ROPE) {
     if (is_q || is_k) {
@@ -154,10 +210,13 @@ __global__ void __launch_bounds__(32 * k_warps)
     }
     __syncthreads();
   }
+  // The key loop's lane owns DPL consecutive dims d0 .. d0 + DPL - 1 (vector loads of K and V).
+  // dl: where the lane loads from (lanes past the head read dims 0.., and meet q = 0).
+  const int64_t d0 = int64_t{lane} * DPL, dl = d0 < hd ? d0 : 0;
   float qr[DPL], acc[DPL];
 #pragma unroll
   for (int j = 0; j < DPL; ++j) {
-    const int64_t d = lane + 32 * j;
+    const int64_t d = d0 + j;
     if constexpr (ROPE)
       qr[j] = d < hd ? s_q[d] : 0.f;
     else
@@ -169,23 +228,33 @@ __global__ void __launch_bounds__(32 * k_warps)
   const T* vb = static_cast<const T*>(a.v_cache) + cache0 + g * hd;
   constexpr int KEYS = k_keys<DPL>;
   for (int64_t key0 = c0 + int64_t{warp} * KEYS; key0 < c1; key0 += int64_t{k_warps} * KEYS) {
-    float s[KEYS], vr[KEYS][DPL];  // V rows loaded with K: one round trip
+    // Every K and V row of the round is loaded before any is used: one round trip per round,
+    // not one per dim. Keys past the chunk read its last row (their weight is 0). A key of the
+    // pass comes from shared memory: its cache row may be being written by another block.
+    LaneRow<T, DPL> kr[KEYS], vr[KEYS];
 #pragma unroll
     for (int u = 0; u < KEYS; ++u) {
-      s[u] = 0.f;
-      const int64_t key = key0 + u;
-      const bool in = key < c1;
-      const T* k = kb + key * kv_dim;
-      const T* v = vb + key * kv_dim;
-      if constexpr (ROPE)  // a key of the pass: from shared memory, not the row being written
-        if (in && key >= fresh0) k = s_kf[key - fresh0], v = s_vf[key - fresh0];
+      const int64_t key = min(key0 + u, c1 - 1);
+      kr[u] = load_lane<T, DPL, VEC>(kb + key * kv_dim, dl, hd);
+      vr[u] = load_lane<T, DPL, VEC>(vb + key * kv_dim, dl, hd);
+    }
+    if constexpr (ROPE) {
 #pragma unroll
-      for (int j = 0; j < DPL; ++j) {
-        const int64_t d = lane + 32 * j;
-        const bool ok = in && d < hd;
-        vr[u][j] = ok ? ld(v + d) : 0.f;
-        if (ok) s[u] += qr[j] * ld(k + d);
+      for (int u = 0; u < KEYS; ++u) {
+        const int64_t key = min(key0 + u, c1 - 1);
+        if (key >= fresh0) {
+          kr[u] = load_lane<T, DPL, VEC>(s_kf[key - fresh0], dl, hd);
+          vr[u] = load_lane<T, DPL, VEC>(s_vf[key - fresh0], dl, hd);
+        }
       }
+    }
+    float s[KEYS];
+#pragma unroll
+    for (int u = 0; u < KEYS; ++u) {
+      float dot = 0.f;
+#pragma unroll
+      for (int j = 0; j < DPL; ++j) dot += qr[j] * kr[u].at(j);
+      s[u] = dot;
     }
     float m_new = m;
 #pragma unroll
@@ -205,7 +274,7 @@ __global__ void __launch_bounds__(32 * k_warps)
     for (int j = 0; j < DPL; ++j) {
       float o = acc[j] * corr;
 #pragma unroll
-      for (int u = 0; u < KEYS; ++u) o += p[u] * vr[u][j];
+      for (int u = 0; u < KEYS; ++u) o += p[u] * vr[u].at(j);
       acc[j] = o;
     }
     m = m_new;
@@ -213,7 +282,7 @@ __global__ void __launch_bounds__(32 * k_warps)
   __shared__ float s_m[k_warps], s_l[k_warps], s_acc[k_warps][32 * DPL];
   if (lane == 0) s_m[warp] = m, s_l[warp] = l;
 #pragma unroll
-  for (int j = 0; j < DPL; ++j) s_acc[warp][lane + 32 * j] = acc[j];
+  for (int j = 0; j < DPL; ++j) s_acc[warp][d0 + j] = acc[j];
   __syncthreads();
   if (warp != 0) return;
   // Warp 0 merges the warps: (mx, sum, o[]) of this block's keys.
@@ -286,10 +355,14 @@ template <typename T, int DPL>
 void launch(const AttentionArgs& a) {
   const unsigned splits = a.split.max_splits > 0 ? static_cast<unsigned>(a.split.max_splits) : 1u;
   const dim3 grid(static_cast<unsigned>(a.n_heads), static_cast<unsigned>(a.n_tokens), splits);
+  const dim3 block(32 * k_warps);
+  const bool vec = a.head_dim % DPL == 0;  // a lane's dims are one aligned vector
   if (a.rope.k)
-    launch_kernel(decode_kernel<T, DPL, true>, grid, dim3(32 * k_warps), 0, a);
+    launch_kernel(vec ? decode_kernel<T, DPL, true, true> : decode_kernel<T, DPL, true, false>,
+                  grid, block, 0, a);
   else
-    launch_kernel(decode_kernel<T, DPL, false>, grid, dim3(32 * k_warps), 0, a);
+    launch_kernel(vec ? decode_kernel<T, DPL, false, true> : decode_kernel<T, DPL, false, false>,
+                  grid, block, 0, a);
 }
 
 template <typename T>
