@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <utility>
@@ -71,6 +72,27 @@ void launch_kernel(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem,
   cfg.attrs = attr;
   cfg.numAttrs = pdl_enabled() ? 1 : 0;
   CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
+}
+
+// An attribute of the current device (multiprocessors, shared memory limits, ...).
+inline int device_attribute(cudaDeviceAttr a) {
+  int dev = 0, v = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  CUDA_CHECK(cudaDeviceGetAttribute(&v, a, dev));
+  return v;
+}
+inline int sm_count() { return device_attribute(cudaDevAttrMultiProcessorCount); }
+
+// Raises kernel's dynamic shared memory limit to bytes once per device (opted: one bit per
+// device, a static of the caller's kernel instantiation).
+template <class Kernel>
+void opt_in_smem(Kernel kernel, int bytes, std::atomic<uint64_t>& opted) {
+  int dev = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  const uint64_t bit = uint64_t{1} << (dev & 63);
+  if (opted.load() & bit) return;
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  opted.fetch_or(bit);
 }
 
 __device__ __forceinline__ float warp_sum(float v) {

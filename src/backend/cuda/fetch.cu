@@ -53,15 +53,6 @@ __global__ void __launch_bounds__(k_threads) fetch_kernel(const __grid_constant_
   }
 }
 
-int sm_count() {
-  static const int n = [] {
-    int dev = 0, v = 0;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev));
-    return v;
-  }();
-  return n;
-}
 }  // namespace
 
 // ---- launcher
@@ -69,7 +60,8 @@ void fetch_experts(const FetchArgs& a) {
   FT_CHECK(a.gate_src && a.up_src && a.down_src && a.gate_dst && a.up_dst && a.down_dst &&
                a.matrix_bytes > 0 && a.fetch && a.fetch_slot && a.n_fetch,
            "fetch_experts: bad arguments");
-  const auto grid = static_cast<unsigned>(a.blocks > 0 ? a.blocks : 2 * sm_count());
+  static const int sms = sm_count();
+  const auto grid = static_cast<unsigned>(a.blocks > 0 ? a.blocks : 2 * sms);
   bool vec = a.matrix_bytes % 16 == 0;
   for (int m = 0; m < 3; ++m) vec = vec && a.bytes[m] % 16 == 0 && a.dst_stride[m] % 16 == 0;
   for (const void* p : {static_cast<const void*>(a.gate_src), static_cast<const void*>(a.up_src),

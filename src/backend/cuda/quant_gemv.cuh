@@ -70,27 +70,6 @@ __device__ __forceinline__ uint4 load16(const uint8_t* p, const uint8_t* end) {
   return v;
 }
 
-// An attribute of the current device (multiprocessors, shared memory limits, ...).
-inline int device_attribute(cudaDeviceAttr a) {
-  int dev = 0, v = 0;
-  CUDA_CHECK(cudaGetDevice(&dev));
-  CUDA_CHECK(cudaDeviceGetAttribute(&v, a, dev));
-  return v;
-}
-inline int sm_count() { return device_attribute(cudaDevAttrMultiProcessorCount); }
-
-// Raises kernel's dynamic shared memory limit to bytes once per device (opted: one bit per
-// device, a static of the caller's kernel instantiation).
-template <class Kernel>
-void opt_in_smem(Kernel kernel, int bytes, std::atomic<uint64_t>& opted) {
-  int dev = 0;
-  CUDA_CHECK(cudaGetDevice(&dev));
-  const uint64_t bit = uint64_t{1} << (dev & 63);
-  if (opted.load() & bit) return;
-  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-  opted.fetch_or(bit);
-}
-
 // The one-token streaming int8-activation GEMV (quant_gemv_stream.cu) on dt's blocks; false when
 // it does not apply (an odd 32-element unit count, too little shared memory, no integer codes):
 // nothing launched.
