@@ -70,6 +70,9 @@ std::vector<Check> mixed_checks(const std::string& fixtures_dir);
 std::vector<Check> elastic_checks(const std::string& fixtures_dir);
 // GEMV bandwidth per weight format beside the D2D copy bandwidth (a markdown table).
 std::string quant_bandwidth();
+// A bf16 decode GEMV's fixed cost and streaming rate, from DRAM and from L2, in graph replay
+// (gemv_overhead.cpp).
+std::string gemv_overhead_benchmark();
 
 // Prefill attention timing, per-token vs tiled kernel (one line each).
 std::string attention_benchmark();

@@ -74,6 +74,8 @@ int main(int argc, char** argv) {
     std::printf("%s", flash_attention_benchmark().c_str());
   if (decode_tokens > 0 || filter.rfind("quant", 0) == 0)
     std::printf("%s", quant_bandwidth().c_str());
+  if (decode_tokens > 0 || filter.rfind("overhead", 0) == 0)
+    std::printf("%s", gemv_overhead_benchmark().c_str());
   if (decode_tokens > 0 || filter.rfind("hybrid", 0) == 0)
     std::printf("%s", hybrid_benchmark().c_str());
   std::printf("%s: %d/%d checks passed\n", failed ? "FAIL" : "PASS", total - failed, total);
