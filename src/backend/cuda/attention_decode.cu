@@ -46,8 +46,6 @@ __device__ __forceinline__ void prefetch_rows(const T* k, const T* v, int64_t ld
   }
 }
 
-__device__ __forceinline__ float ld(const float* p) { return *p; }
-__device__ __forceinline__ float ld(const __nv_bfloat16* p) { return __bfloat162float(*p); }
 // A cache element from f32 (bf16: round to nearest even, as qk_rope_store stores it).
 template <typename T>
 __device__ __forceinline__ T to_elem(float x) {
