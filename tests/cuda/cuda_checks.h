@@ -3,6 +3,7 @@
 // forward, with the CPU op or the golden fixture, and returns "" on success or a message.
 #pragma once
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <random>
@@ -39,6 +40,24 @@ cuda::DeviceBuffer up(const std::vector<T>& v) {
   return b;
 }
 
+// Seconds per launch of launch(0) .. launch(reps - 1), captured once into a graph on a
+// stream of its own and replayed (one warm replay, then one timed): the kernels' own time, as
+// decode's captured steps see it, without the host's launch cost.
+inline double graph_seconds_per_launch(int reps, const std::function<void(int)>& launch) {
+  cuda::Stream st;
+  cuda::StreamScope scope(st);
+  cuda::Graph g;
+  g.capture_begin();
+  for (int r = 0; r < reps; ++r) launch(r);
+  g.capture_end();
+  g.launch();
+  st.synchronize();
+  const auto t0 = std::chrono::steady_clock::now();
+  g.launch();
+  st.synchronize();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / reps;
+}
+
 struct Check {
   std::string name;
   std::function<std::string()> run;
@@ -66,7 +85,8 @@ std::vector<Check> quant_checks(const std::string& fixtures_dir);
 // Experts of mixed formats (Q4_K_M GGUF, three types in a layer) and FP8 / NVFP4 experts, resident,
 // offloaded and HYBRID, vs the CPU on the f32-dequantized model (mixed_checks.cpp).
 std::vector<Check> mixed_checks(const std::string& fixtures_dir);
-// Elastic memory: live expert-pool / KV resizes keep greedy decode, OOM throws (elastic_checks.cpp).
+// Elastic memory: live expert-pool / KV resizes keep greedy decode, OOM throws
+// (elastic_checks.cpp).
 std::vector<Check> elastic_checks(const std::string& fixtures_dir);
 // GEMV bandwidth per weight format beside the D2D copy bandwidth (a markdown table).
 std::string quant_bandwidth();

@@ -1,39 +1,25 @@
 // Where a decode GEMV's time goes (cuda_validate tests/fixtures 0 overhead): bf16 [rows, 2048]
 // one-token GEMVs replayed from one captured graph (PDL on, as decode's steps run), for matrices
 // of 4 KiB to 256 MiB, each from DRAM (launches cycle through copies totalling >= 512 MB, past
-// the 60 MB L2) and, up to 32 MB, from L2 (the same matrix every launch). A least-squares line
-// time = a + bytes / b over the DRAM rows splits a kernel's fixed cost a (launch, ramp, tail)
-// from its streaming rate b; decode's six kernels per layer pay a each.
+// the 60 MB L2; at most 4096 copies, so the 1-row matrices stay in L2) and, up to 32 MB, from
+// L2 (the same matrix every launch). A least-squares line time = a + bytes / b over the DRAM
+// rows splits a kernel's fixed cost a (launch, ramp, tail) from its streaming rate b; decode's
+// six kernels per layer pay a each.
 #include <fmt/format.h>
-
-#include <chrono>
 
 #include "cuda_checks.h"
 
 namespace ft::cuda_checks {
 
 namespace {
-// Microseconds per launch of `reps` GEMVs over the matrices w[i % w.size()], replayed as one
-// graph (after one warm replay).
+// Microseconds per launch of `reps` GEMVs over the matrices w[i % w.size()] (graph replay).
 double graph_us(const std::vector<cuda::DeviceBuffer>& w, int64_t rows, int64_t cols,
                 const cuda::DeviceBuffer& x, const cuda::DeviceBuffer& y, int reps) {
-  cuda::Stream st;
-  cuda::StreamScope scope(st);
-  cuda::Graph g;
-  g.capture_begin();
-  for (int r = 0; r < reps; ++r) {
-    const cuda::DeviceMatrix m{
-        .data = w[r % w.size()].data(), .dtype = DType::BF16, .rows = rows, .cols = cols};
-    cuda::gemv(x.as<float>(), 1, m, y.as<float>());
-  }
-  g.capture_end();
-  g.launch();
-  st.synchronize();
-  const auto t0 = std::chrono::steady_clock::now();
-  g.launch();
-  st.synchronize();
-  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() /
-         reps;
+  return 1e6 * graph_seconds_per_launch(reps, [&](int r) {
+           const cuda::DeviceMatrix m{
+               .data = w[r % w.size()].data(), .dtype = DType::BF16, .rows = rows, .cols = cols};
+           cuda::gemv(x.as<float>(), 1, m, y.as<float>());
+         });
 }
 }  // namespace
 

@@ -598,18 +598,7 @@ std::string quant_bandwidth() {
         const int reps = static_cast<int>(std::max<size_t>(20, copies * 2));
         double sec = 0;
         if (graph) {  // the launches captured once and replayed: no host launch cost per kernel
-          cuda::Stream st;
-          cuda::StreamScope scope(st);
-          cuda::Graph g;
-          g.capture_begin();
-          for (int r = 0; r < reps; ++r) run(r % copies, n);
-          g.capture_end();
-          g.launch();
-          st.synchronize();
-          const auto t0 = std::chrono::steady_clock::now();
-          g.launch();
-          st.synchronize();
-          sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / reps;
+          sec = graph_seconds_per_launch(reps, [&](int r) { run(r % copies, n); });
         } else {
           const auto t0 = std::chrono::steady_clock::now();
           for (int r = 0; r < reps; ++r) run(r % copies, n);
