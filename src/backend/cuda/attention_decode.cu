@@ -82,17 +82,12 @@ __device__ __forceinline__ LaneRow<T, DPL> load_lane(const T* row, int64_t d0, i
 #pragma unroll
     for (int j = 0; j < DPL; ++j) {
       const T e = row[min(d0 + j, hd - 1)];
-      uint32_t bits;
       if constexpr (sizeof(T) == 4)
-        bits = __float_as_uint(e);
-      else
-        bits = __bfloat16_as_ushort(e);
-      if constexpr (sizeof(T) == 4)
-        r.w[j] = bits;
+        r.w[j] = __float_as_uint(e);
       else if (j % 2 == 0)
-        r.w[j / 2] = bits;
+        r.w[j / 2] = __bfloat16_as_ushort(e);
       else
-        r.w[j / 2] |= bits << 16;
+        r.w[j / 2] |= uint32_t{__bfloat16_as_ushort(e)} << 16;
     }
   } else if constexpr (L::kBytes == 2) {
     r.w[0] = *reinterpret_cast<const uint16_t*>(row + d0);
