@@ -340,8 +340,10 @@ std::string check_moe() {
     int64_t E, H, I, k;
   };
   for (DType dt : k_dtypes)
+    // Decode's down projection: down_ahead_kernel up to 16-bit rows of 768 and top-8, else
+    // down_stream_kernel (rows of 1024; f32 weights).
     for (Shape s : {Shape{8, 64, 32, 2}, Shape{6, 30, 20, 3}, Shape{16, 128, 96, 4},
-                    Shape{16, 2048, 768, 8}, Shape{10, 1040, 200, 6}})
+                    Shape{16, 2048, 768, 8}, Shape{10, 1040, 200, 6}, Shape{6, 256, 1024, 2}})
       for (int64_t n : {1, 3, 4, 5, 40}) {
         // Decode-sized widths (more units than resident warps, several chunks per row,
         // partial chunks and expert groups): the streaming kernels, 1 and 4 tokens only.
@@ -383,15 +385,6 @@ std::string check_moe() {
         }
         cuda::MoeWorkspace ws(64, s.k, s.E, s.H, s.I);
         DeviceBuffer dx = up(x), dids = up(ids), dw = up(rw), dout(n * s.H * 4);
-        cuda::moe_experts(blas, de,
-                          {.x = dx.as<float>(),
-                           .n = n,
-                           .ids = dids.as<int32_t>(),
-                           .weights = dw.as<float>(),
-                           .top_k = s.k,
-                           .out = dout.as<float>()},
-                          ws);
-        auto got = down(dout, n * s.H);
         std::vector<float> ref(n * s.H);
         CpuExperts cpu(mw, s.H, s.I, pool);
         cpu.apply({.layer = 0,
@@ -401,14 +394,32 @@ std::string check_moe() {
                    .weights = rw.data(),
                    .top_k = s.k,
                    .out = ref.data()});
-        Compare c{fmt::format("moe {} E {} H {} I {} k {} n {}", dname(dt), s.E, s.H, s.I, s.k, n)};
-        for (int64_t t = 0; t < n; ++t) {
-          float mx = 0;
-          for (int64_t j = 0; j < s.H; ++j) mx = std::max(mx, std::fabs(ref[t * s.H + j]));
-          for (int64_t j = 0; j < s.H; ++j)
-            c.add(t * s.H + j, got[t * s.H + j], ref[t * s.H + j], 1e-4f * mx + 1e-7f);
+        // Writing out, then adding into it (the decoder's residual).
+        const auto base = randv(n * s.H, static_cast<uint32_t>(n + 7 * s.E));
+        for (const bool acc : {false, true}) {
+          dout.upload(base.data(), base.size() * 4);
+          cuda::moe_experts(blas, de,
+                            {.x = dx.as<float>(),
+                             .n = n,
+                             .ids = dids.as<int32_t>(),
+                             .weights = dw.as<float>(),
+                             .top_k = s.k,
+                             .out = dout.as<float>(),
+                             .accumulate = acc},
+                            ws);
+          auto got = down(dout, n * s.H);
+          Compare c{fmt::format("moe {} E {} H {} I {} k {} n {}{}", dname(dt), s.E, s.H, s.I,
+                                s.k, n, acc ? " accumulate" : "")};
+          for (int64_t t = 0; t < n; ++t) {
+            float mx = 0;
+            for (int64_t j = 0; j < s.H; ++j) mx = std::max(mx, std::fabs(ref[t * s.H + j]));
+            for (int64_t j = 0; j < s.H; ++j) {
+              const int64_t i = t * s.H + j;
+              c.add(i, got[i], ref[i] + (acc ? base[i] : 0.f), 1e-4f * mx + 1e-7f);
+            }
+          }
+          err += c.result();
         }
-        err += c.result();
       }
   return err;
 }

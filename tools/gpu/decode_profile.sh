@@ -10,7 +10,7 @@ set -euo pipefail
 ft=$1 out=${2:-/tmp}
 ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
 "$ncu" --graph-profiling node --clock-control none --cache-control none \
-  --kernel-name regex:"gemv_kernel|decode_kernel|stream_kernel|ensure_kernel|fetch_kernel" \
+  --kernel-name regex:"gemv_kernel|decode_kernel|stream_kernel|ensure_kernel|fetch_kernel|down_ahead_kernel" \
   --launch-count 900 --print-summary none \
   --metrics gpu__time_duration.sum,dram__bytes_read.sum,launch__grid_size,launch__registers_per_thread,launch__occupancy_limit_registers \
   "$ft" bench offload --layers 2 --budgets all --prompts 512 --hybrid-budgets none --decode 16 \

@@ -38,7 +38,8 @@ def main():
     i = att[-2]  # the last but one: its layer is complete on both sides
     first = i - 1
     last = i
-    while last + 1 < len(recs) and not recs[last + 1]["name"].startswith("down_stream"):
+    ends = ("down_stream", "down_ahead")  # the experts layer's last kernel
+    while last + 1 < len(recs) and not recs[last + 1]["name"].startswith(ends):
         last += 1
     last += 1
     total_us = total_mb = 0.0

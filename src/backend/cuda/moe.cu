@@ -1,11 +1,13 @@
 // moe: the experts layer on stacked expert weights. Decode: a fused gate/up GEMV per (token, k)
 // slot, then one down GEMV over all k fused with the weighted combine (and the residual add),
-// with no host sync; with 16-byte rows both run as streaming kernels (a persistent grid of
-// warps, each with its next chunk of weights in flight while it computes the current one; down
-// issues its first loads before the PDL wait, under gate_up's tail). FT_MOE_STREAM=0 selects
-// the block-per-8-rows kernels for A/B runs. Prefill: slots grouped
-// by expert (count -> offsets -> gather, stable in slot order), per-expert matmul through
-// cuBLAS, then the same combine through the slot -> row map (top-k order, deterministic).
+// with no host sync; with 16-byte rows gate/up runs as a streaming kernel (a persistent grid of
+// warps, each with its next chunk of weights in flight while it computes the current one) and
+// down as down_ahead_kernel (every weight of a warp's row loaded before the PDL wait, under
+// gate_up's tail; down_stream_kernel where its rows or top-k are too long). FT_MOE_STREAM=0
+// selects the block-per-8-rows kernels, FT_MOE_DOWN_AHEAD=0 down_stream_kernel, for A/B runs.
+// Prefill: slots grouped by expert (count -> offsets -> gather, stable in slot order),
+// per-expert matmul through cuBLAS, then the same combine through the slot -> row map (top-k
+// order, deterministic).
 // Block-quantized experts decode through quant_experts_gemv (gate+up, then down per slot on
 // silu(gate) * up, SwiGLU fused into its input), then the combine; their prefill matmuls
 // dispatch to quant_gemm.
@@ -271,6 +273,73 @@ __global__ void __launch_bounds__(k_stream_threads)
   }
 }
 
+// down_stream_kernel's result with every weight of a warp's unit in flight before the grid
+// dependency wait: a warp per output row (token t, row r) loads its top_k (<= K) experts' whole
+// rows (B 16-byte vectors per lane each: inter <= 32 * V * B) as soon as it is resident, so the
+// down matrices stream while gate_up still runs (when gate_up leaves room on the SMs); after the
+// wait the block stages the token's activations in shared memory and only the dots remain.
+// Sums as down_stream_kernel's (lane columns ascending, k ascending).
+template <typename W, int K, int B>
+__global__ void __launch_bounds__(k_stream_threads, 4)
+    down_ahead_kernel(const float* __restrict__ act, const int32_t* __restrict__ ids,
+                      const float* __restrict__ wk, int top_k, const W* __restrict__ down,
+                      int64_t hidden, int64_t inter, bool accumulate, float* __restrict__ out) {
+  constexpr int V = k_vec<W>;
+  extern __shared__ float4 da_smem[];
+  const int64_t t = blockIdx.y, r = blockIdx.x * int64_t{k_stream_threads / 32} + threadIdx.x / 32;
+  const int64_t i0 = int64_t{threadIdx.x & 31} * V;
+  uint4 raw[K][B];
+  unsigned on = 0;  // bit k: expert k is computed here
+#pragma unroll
+  for (int k = 0; k < K; ++k) {  // ids are final before gate_up started (down_stream_kernel)
+    const int64_t e = k < top_k && r < hidden ? __ldg(ids + t * top_k + k) : -1;
+    if (e < 0) continue;
+    on |= 1u << k;
+    const W* w = down + (e * hidden + r) * inter;
+#pragma unroll
+    for (int b = 0; b < B; ++b) {
+      const int64_t i = i0 + int64_t{b} * 32 * V;
+      if (i < inter) raw[k][b] = ldg_stream(w + i);
+    }
+  }
+  pdl_wait();
+  pdl_trigger();
+  // The token's activations, every piece in flight at once (cp.async, no register round trip).
+  float* as = reinterpret_cast<float*>(da_smem);
+  const float* at = act + t * top_k * inter;
+  const uint32_t as_s = static_cast<uint32_t>(__cvta_generic_to_shared(as));
+  for (int64_t c = threadIdx.x; c < top_k * inter / 4; c += k_stream_threads)
+    cp_async16(as_s + 16 * static_cast<uint32_t>(c), at + 4 * c);
+  cp_async_commit();
+  cp_async_wait<0>();
+  __syncthreads();
+  if (r >= hidden) return;
+  float o = 0.f;
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    if (!(on >> k & 1u)) continue;
+    float acc = 0.f;
+#pragma unroll
+    for (int b = 0; b < B; ++b) {
+      const int64_t i = i0 + int64_t{b} * 32 * V;
+      if (i >= inter) break;
+      float wv[V];
+      unpack_vec(raw[k][b], wv, static_cast<const W*>(nullptr));
+      const float* x = as + k * inter + i;
+#pragma unroll
+      for (int j = 0; j < V; j += 4) {
+        const float4 xv = *reinterpret_cast<const float4*>(x + j);
+        acc += xv.x * wv[j] + xv.y * wv[j + 1] + xv.z * wv[j + 2] + xv.w * wv[j + 3];
+      }
+    }
+    o += wk[t * top_k + k] * warp_sum(acc);
+  }
+  if ((threadIdx.x & 31) == 0) {
+    float* y = out + t * hidden + r;
+    *y = accumulate ? *y + o : o;
+  }
+}
+
 // out[t] = sum_k w[t, k] * d[row(t, k)], k ascending; row = slot_row[slot] or the slot itself.
 __global__ void combine_kernel(const float* __restrict__ d, const int32_t* __restrict__ slot_row,
                                const float* __restrict__ w, int top_k, int64_t hidden,
@@ -334,6 +403,15 @@ unsigned stream_grid(int64_t units) {
   return static_cast<unsigned>(std::min((units + warps - 1) / warps, resident));
 }
 
+// FT_MOE_DOWN_AHEAD=0: down_stream_kernel instead of down_ahead_kernel (A/B runs).
+bool down_ahead() {
+  static const bool on = [] {
+    const char* v = std::getenv("FT_MOE_DOWN_AHEAD");
+    return !v || std::strcmp(v, "0") != 0;
+  }();
+  return on;
+}
+
 // FT_MOE_STREAM=0: the block-per-8-rows kernels instead of the streaming ones (A/B runs).
 bool stream_kernels() {
   static const bool on = [] {
@@ -375,6 +453,23 @@ void decode(const DeviceExperts& e, const MoeArgs& a, MoeWorkspace& ws) {
     if (a.oss) moe_oss_act(*a.oss, act, up_raw, slots, I, nullptr);
     const bool st_d = vec_d && a.top_k * I * sizeof(float) <= k_stage_smem;
     const size_t sm_d = st_d ? a.top_k * I * sizeof(float) : 0;
+    // 16-bit rows of at most 768 (3 vectors per lane), top-k <= 8: down_ahead_kernel.
+    auto ahead = [&] {
+      constexpr int K = 8, B = 3;
+      const size_t smem = a.top_k * I * sizeof(float);
+      if constexpr (sizeof(W) == 2) {
+        if (!vec_d || !stream_kernels() || !down_ahead() || a.top_k > K ||
+            I > 32 * k_vec<W> * B || smem > k_stage_smem)
+          return false;
+        constexpr int rows = k_stream_threads / 32;  // a warp per output row
+        const dim3 grid(static_cast<unsigned>((H + rows - 1) / rows), static_cast<unsigned>(a.n));
+        launch_kernel(down_ahead_kernel<W, K, B>, grid, dim3(k_stream_threads), smem, act, a.ids,
+                      a.weights, k, dn, H, I, a.accumulate, a.out);
+        return true;
+      }
+      return false;
+    };
+    if (ahead()) return;
     if (vec_d && stream_kernels())
       launch_kernel(down_stream_kernel<W>, dim3(stream_grid<down_stream_kernel<W>>(a.n * H)),
                     dim3(k_stream_threads), 0, act, a.ids, a.weights, k, dn, H, I, a.n,
