@@ -41,7 +41,7 @@ struct Avx2 {
   }
   static V exp(V x) { return simd::exp_approx<Avx2>(x); }
 };
-const Kernels k_avx2 = simd::make_kernels<Avx2>("avx2");
+constexpr Kernels k_avx2 = simd::make_kernels<Avx2>("avx2");
 }  // namespace
 
 const Kernels* avx2_kernels() { return &k_avx2; }

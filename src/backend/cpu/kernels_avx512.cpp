@@ -33,7 +33,7 @@ struct Avx512 {
   static float reduce(V v) { return _mm512_reduce_add_ps(v); }
   static V exp(V x) { return simd::exp_approx<Avx512>(x); }
 };
-const Kernels k_avx512 = simd::make_kernels<Avx512>("avx512");
+constexpr Kernels k_avx512 = simd::make_kernels<Avx512>("avx512");
 }  // namespace
 
 const Kernels* avx512_kernels() { return &k_avx512; }

@@ -137,7 +137,7 @@ struct Avx2Q : qsimd::Ymm<Avx2Q> {
     return r;
   }
 };
-const QuantKernels k_avx2q = qsimd::make_quant_kernels<Avx2Q>("avx2");
+constexpr QuantKernels k_avx2q = qsimd::make_quant_kernels<Avx2Q>("avx2");
 }  // namespace
 
 const QuantKernels* avx2_quant_kernels() { return &k_avx2q; }

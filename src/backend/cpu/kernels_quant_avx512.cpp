@@ -160,7 +160,7 @@ struct Avx512Q : qsimd::Ymm<Avx512Q> {
     return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
   }
 };
-const QuantKernels k_avx512q = qsimd::make_quant_kernels<Avx512Q>("avx512");
+constexpr QuantKernels k_avx512q = qsimd::make_quant_kernels<Avx512Q>("avx512");
 }  // namespace
 
 const QuantKernels* avx512_quant_kernels() { return &k_avx512q; }

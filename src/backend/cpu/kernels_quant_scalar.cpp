@@ -37,6 +37,6 @@ struct ScalarQ {
 };
 }  // namespace
 
-const QuantKernels k_scalar_quant_kernels = qsimd::make_quant_kernels<ScalarQ>("scalar");
+constexpr QuantKernels k_scalar_quant_kernels = qsimd::make_quant_kernels<ScalarQ>("scalar");
 
 }  // namespace ft::cpu

@@ -83,8 +83,10 @@ void gemm_fp8(const float* x, int64_t n, int64_t k, const uint8_t* w, const floa
   }
 }
 
+// constexpr: the per-ISA files' tables are constant-initialized, so no code compiled for
+// their instruction set runs at startup (tests/unit/isa_static_init.sh).
 template <class Q>
-QuantKernels make_quant_kernels(const char* isa) {
+constexpr QuantKernels make_quant_kernels(const char* isa) {
   using namespace ft::quant;
   return QuantKernels{
       .isa = isa,

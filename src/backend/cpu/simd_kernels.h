@@ -104,8 +104,10 @@ void silu_mul(const float* g, const float* u, int64_t n, float* y) {
   for (; i < n; ++i) y[i] = g[i] / (1.f + std::exp(-g[i])) * u[i];
 }
 
+// constexpr: the per-ISA files' tables are constant-initialized, so no code compiled for
+// their instruction set runs at startup (tests/unit/isa_static_init.sh).
 template <class S>
-Kernels make_kernels(const char* isa) {
+constexpr Kernels make_kernels(const char* isa) {
   return Kernels{
       .isa = isa,
       .gemm_f32 = gemm<S, float>,
