@@ -15,6 +15,13 @@ struct Avx2Q : qsimd::Ymm<Avx2Q> {
   static __m256i dot(__m256i u, __m256i q) {
     return pair<MaxU>(u, q);
   }
+  // Offset-128 codes (quant_fused.h's k_offset128): sum of (u - 128) * q per 4 bytes, with
+  // |u - 128| as the unsigned operand and q carrying its sign: pairs stay within 2 * 128 * 127.
+  static __m256i dot_signed(__m256i u, __m256i q) {
+    const __m256i v = _mm256_xor_si256(u, _mm256_set1_epi8(static_cast<char>(0x80)));
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(v), _mm256_sign_epi8(q, v)),
+                             _mm256_set1_epi16(1));
+  }
   template <class F>
   static bool gemm_small(const QActs& x, int64_t n, int64_t k, const uint8_t* w, size_t row_bytes,
                          int64_t r0, int64_t r1, float post, float* y, int64_t ldy) {

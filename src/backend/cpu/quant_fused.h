@@ -14,6 +14,7 @@
 #pragma once
 #include <immintrin.h>
 
+#include <type_traits>
 #include <utility>
 
 #include "backend/cpu/quant_kernels.h"
@@ -50,13 +51,19 @@ struct Ymm {
   static float total(Acc x, Acc y, __m256 c) {
     return hsum(_mm256_add_ps(_mm256_add_ps(_mm256_add_ps(x.a, x.b), _mm256_add_ps(y.a, y.b)), c));
   }
-  template <int MaxU, int I>
+  // SIGNED: the codes are offset-128 (k_offset128) and Q::dot_signed dots them as u - 128.
+  template <int MaxU, int I, bool SIGNED = false>
   static Acc accumulate(Acc acc, __m256i u0, __m256i u1, const int8_t* q, const Ps& ps) {
     const __m256 s = I < 2 ? ps.lo : ps.hi;
-    const __m256 d0 = _mm256_cvtepi32_ps(
-        Q::template dot<MaxU>(u0, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q))));
-    const __m256 d1 = _mm256_cvtepi32_ps(
-        Q::template dot<MaxU>(u1, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 32))));
+    auto dot = [](__m256i u, const int8_t* qp) {
+      const __m256i qv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qp));
+      if constexpr (SIGNED)
+        return Q::dot_signed(u, qv);
+      else
+        return Q::template dot<MaxU>(u, qv);
+    };
+    const __m256 d0 = _mm256_cvtepi32_ps(dot(u0, q));
+    const __m256 d1 = _mm256_cvtepi32_ps(dot(u1, q + 32));
     return {_mm256_fmadd_ps(d0, spread<(2 * I) % 4>(s), acc.a),
             _mm256_fmadd_ps(d1, spread<(2 * I + 1) % 4>(s), acc.b)};
   }
@@ -69,6 +76,14 @@ struct Ymm {
 #endif
 constexpr int k_prefetch_bytes = FT_QUANT_PREFETCH;
 
+// Formats whose codes are u = v + 128 with m = -128 d (w = d v): Q8_0's int8, and IQ4_NL /
+// IQ4_XS's codebook. Where the ISA has Q::dot_signed(u, q) (sum of (u - 128) * q, e.g. AVX2's
+// sign trick on vpmaddubsw, which cannot saturate for |v| <= 128, |q| <= 127), the fused GEMV
+// dots v directly and drops the m term, instead of widening u to 16 bits.
+template <class F>
+constexpr bool k_offset128 = std::is_same_v<F, quant::Q8_0> || std::is_same_v<F, quant::IQ4_NL> ||
+                             std::is_same_v<F, quant::IQ4_XS>;
+
 // Dot products of NR rows with NT tokens (t0 .. t0 + NT - 1), summed over whole super-blocks
 // [0, nsb) and the block tail; out[r * NT + t]. Several rows side by side are several memory
 // streams in flight (one stream per core is latency-bound on many-core Xeons).
@@ -78,6 +93,8 @@ template <class Q, class F, int NR, int NT>
 inline void fused_rows(const uint8_t* const* rows, int64_t k, const QActs& x, int64_t t0,
                        float* out, const uint8_t* pf_end) {
   using U = Unpack<F>;
+  constexpr bool kSigned =
+      k_offset128<F> && requires(__m256i v) { Q::dot_signed(v, v); };
   const int64_t ng = k / 16, nsb = k / 256;
   typename Q::Acc acc[NR][NT][2];
   __m256 accm[NR][NT];
@@ -101,15 +118,17 @@ inline void fused_rows(const uint8_t* const* rows, int64_t k, const QActs& x, in
         const float* sx = x.s + (t0 + t) * ng + 16 * sb;
         ps[t] = Q::scales16(_mm256_mul_ps(ws[0], _mm256_loadu_ps(dx)),
                             _mm256_mul_ps(ws[1], _mm256_loadu_ps(dx + 8)));
-        accm[r][t] = _mm256_fmadd_ps(ms[0], _mm256_loadu_ps(sx), accm[r][t]);
-        accm[r][t] = _mm256_fmadd_ps(ms[1], _mm256_loadu_ps(sx + 8), accm[r][t]);
+        if constexpr (!kSigned) {  // signed dots need no m term
+          accm[r][t] = _mm256_fmadd_ps(ms[0], _mm256_loadu_ps(sx), accm[r][t]);
+          accm[r][t] = _mm256_fmadd_ps(ms[1], _mm256_loadu_ps(sx + 8), accm[r][t]);
+        }
       }
       [&]<int... I>(std::integer_sequence<int, I...>) {
         (
             [&] {
               const __m256i u0 = U::template codes<2 * I>(p), u1 = U::template codes<2 * I + 1>(p);
               for (int t = 0; t < NT; ++t)
-                acc[r][t][I % 2] = Q::template accumulate<F::kMaxU, I>(
+                acc[r][t][I % 2] = Q::template accumulate<F::kMaxU, I, kSigned>(
                     acc[r][t][I % 2], u0, u1, q + (t0 + t) * k + 64 * I, ps[t]);
             }(),
             ...);
