@@ -314,26 +314,17 @@ __global__ void __launch_bounds__(k_stream_threads, 4)
   cp_async_wait<0>();
   __syncthreads();
   if (r >= hidden) return;
+  // rows_use reads w[k] only as "expert k computed here" (null: skipped) and its element type.
+  const W* w[K];
+  const float* xs[K];
+#pragma unroll
+  for (int k = 0; k < K; ++k) w[k] = on >> k & 1u ? down : nullptr, xs[k] = as + k * inter;
+  float acc[K] = {};
+  rows_use<W, K, B>(xs, w, inter, i0, raw, acc);
   float o = 0.f;
 #pragma unroll
-  for (int k = 0; k < K; ++k) {
-    if (!(on >> k & 1u)) continue;
-    float acc = 0.f;
-#pragma unroll
-    for (int b = 0; b < B; ++b) {
-      const int64_t i = i0 + int64_t{b} * 32 * V;
-      if (i >= inter) break;
-      float wv[V];
-      unpack_vec(raw[k][b], wv, static_cast<const W*>(nullptr));
-      const float* x = as + k * inter + i;
-#pragma unroll
-      for (int j = 0; j < V; j += 4) {
-        const float4 xv = *reinterpret_cast<const float4*>(x + j);
-        acc += xv.x * wv[j] + xv.y * wv[j + 1] + xv.z * wv[j + 2] + xv.w * wv[j + 3];
-      }
-    }
-    o += wk[t * top_k + k] * warp_sum(acc);
-  }
+  for (int k = 0; k < K; ++k)
+    if (w[k]) o += wk[t * top_k + k] * warp_sum(acc[k]);
   if ((threadIdx.x & 31) == 0) {
     float* y = out + t * hidden + r;
     *y = accumulate ? *y + o : o;
@@ -456,14 +447,12 @@ void decode(const DeviceExperts& e, const MoeArgs& a, MoeWorkspace& ws) {
     // 16-bit rows of at most 768 (3 vectors per lane), top-k <= 8: down_ahead_kernel.
     auto ahead = [&] {
       constexpr int K = 8, B = 3;
-      const size_t smem = a.top_k * I * sizeof(float);
       if constexpr (sizeof(W) == 2) {
-        if (!vec_d || !stream_kernels() || !down_ahead() || a.top_k > K ||
-            I > 32 * k_vec<W> * B || smem > k_stage_smem)
+        if (!st_d || !stream_kernels() || !down_ahead() || a.top_k > K || I > 32 * k_vec<W> * B)
           return false;
         constexpr int rows = k_stream_threads / 32;  // a warp per output row
         const dim3 grid(static_cast<unsigned>((H + rows - 1) / rows), static_cast<unsigned>(a.n));
-        launch_kernel(down_ahead_kernel<W, K, B>, grid, dim3(k_stream_threads), smem, act, a.ids,
+        launch_kernel(down_ahead_kernel<W, K, B>, grid, dim3(k_stream_threads), sm_d, act, a.ids,
                       a.weights, k, dn, H, I, a.accumulate, a.out);
         return true;
       }
