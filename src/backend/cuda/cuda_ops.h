@@ -385,10 +385,12 @@ void gemv_multi(const float* x, int64_t n, const GemvOut* outs, int count,
 // y = x W^T for n <= k_gemv_max_tokens tokens, dequant fused (one template over the format
 // traits). Same contract as gemv_multi without norm/route. Formats with integer codes (all but
 // FP8) quantize the activations to int8 per 16 elements (scale max|x| / 127, as the CPU quant
-// matmul) and take __dp4a dot products (quant_gemv_q8.cu); FP8 keeps f32 activations.
+// matmul) and take __dp4a dot products (quant_gemv_q8.cu); FP8 rounds them to f16 per
+// 128-column block (a power-of-two scale: relative error <= 2^-11) for tensor-core dots
+// (quant_gemv_fp8.cu).
 void quant_gemv_multi(const float* x, int64_t n, const GemvOut* outs, int count);
-// false: every quantized GEMV takes the f32-activation kernel (the reference path; tests and
-// A/B benches). Default on unless FT_CUDA_QGEMV=f32.
+// false: every quantized GEMV takes the f32-activation kernel (the reference path, FP8 included;
+// tests and A/B benches). Default on unless FT_CUDA_QGEMV=f32.
 void set_quant_gemv_int8(bool on);
 // Decode experts: for every slot s < slots, y[m] + s * y_slot = (x + (s / x_div) * x_slot)
 // W_m[ids[s]]^T for count (1 or 2) stacked matrices w[m] [E, rows, cols]; ids (device) < 0

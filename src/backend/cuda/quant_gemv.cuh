@@ -80,4 +80,8 @@ bool launch_stream(DType dt, QParams& p, int64_t slots);
 // False: nothing launched, the caller runs the f32 kernel.
 bool launch_q8(DType dt, QParams& p, int64_t nt, int64_t slots);
 
+// The FP8 tensor-core GEMV (quant_gemv_fp8.cu) for nt <= 4 tokens of plain matrices (launch_q8
+// sends FP8 there); false when the shape or alignment does not suit it: nothing launched.
+bool launch_fp8(const QParams& p, int64_t nt);
+
 }  // namespace ft::cuda::qgemv

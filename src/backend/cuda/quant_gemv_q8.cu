@@ -253,7 +253,9 @@ bool stream_on() {
 
 bool launch_q8(DType dt, QParams& p, int64_t nt, int64_t slots) {
   const size_t dyn = act_smem(nt, p.cols);
-  if (!q8_state().load() || dyn > k_max_dyn_smem) return false;
+  if (!q8_state().load()) return false;
+  if (dt == DType::F8_E4M3_B128) return slots == 0 && launch_fp8(p, nt);  // f16 activations
+  if (dyn > k_max_dyn_smem) return false;
   bool launched = false;
   dispatch_quant(dt, [&](auto f) {
     using F = decltype(f);
