@@ -174,6 +174,45 @@ HostExperts HostExperts::copy_of(const Model& model,
 
 // Quantized synthetic experts: pools of 2x a matrix's rows (random, quantized once, on the
 // threads), every matrix a run of whole rows from a per-matrix offset.
+// FP8 records (rows, then their 128x128 scale tiles): 8 random gate/up-shaped and 8 down-shaped
+// records, quantized once; expert e of matrix k copies one of them.
+static HostExperts synthetic_fp8(HostExperts h, const ModelConfig& c, uint64_t seed, int threads) {
+  constexpr int kDistinct = 8;
+  const int64_t I = h.inter, H = h.hidden;
+  const size_t rec = h.expert_matrix_bytes();
+  std::vector<uint8_t> recs(2 * kDistinct * rec);
+  std::vector<std::thread> pool;
+  for (int t = 0; t < 2 * kDistinct; ++t)
+    pool.emplace_back([&, t] {
+      const bool down = t >= kDistinct;
+      const int64_t rows = down ? H : I, cols = down ? I : H;
+      std::mt19937_64 rng(seed * 7919 + t);
+      std::uniform_real_distribution<float> u(-0.0866f, 0.0866f);
+      std::vector<float> w(rows * cols);
+      for (float& v : w) v = u(rng);
+      uint8_t* dst = recs.data() + t * rec;
+      const size_t so = cuda::expert_record(DType::F8_E4M3_B128, rows, cols).scale_offset;
+      quant::quantize_fp8_b128(w.data(), rows, cols, dst, reinterpret_cast<float*>(dst + so));
+    });
+  for (auto& th : pool) th.join();
+  pool.clear();
+  const int64_t jobs = c.n_layers * h.n_experts * 3;
+  threads = std::max(1, threads);
+  for (int t = 0; t < threads; ++t)
+    pool.emplace_back([&, t] {
+      for (int64_t j = t; j < jobs; j += threads) {
+        const int64_t l = j / (h.n_experts * 3), r = j % (h.n_experts * 3);
+        if (!h.has_layer(l)) continue;
+        const int64_t k = r / h.n_experts, e = r % h.n_experts;
+        const int which = static_cast<int>(mix(seed ^ (uint64_t(j) << 20)) % kDistinct);
+        std::memcpy(const_cast<char*>(h.gate(l)) + k * h.matrix_bytes() + e * rec,
+                    recs.data() + ((k == 2 ? kDistinct : 0) + which) * rec, rec);
+      }
+    });
+  for (auto& th : pool) th.join();
+  return h;
+}
+
 static HostExperts synthetic_quant(HostExperts h, const ModelConfig& c, uint64_t seed, int threads) {
   const quant::QuantType qt = quant::from_dtype(h.dtype);
   const int64_t I = h.inter, H = h.hidden;
@@ -219,10 +258,9 @@ static HostExperts synthetic_quant(HostExperts h, const ModelConfig& c, uint64_t
 
 HostExperts HostExperts::synthetic(const ModelConfig& c, uint64_t seed, int threads,
                                    DType dtype) {
-  if (dtype != DType::BF16 && (!dtype_is_quant(dtype) || dtype == DType::F8_E4M3_B128 ||
-                               dtype == DType::NVFP4))
-    fail("synthetic experts: {} is not supported (bf16 or a block format without external "
-         "scales: Q4_0 ... IQ4_XS, MXFP4)", dtype_name(dtype));
+  if (dtype != DType::BF16 && (!dtype_is_quant(dtype) || dtype == DType::NVFP4))
+    fail("synthetic experts: {} is not supported (bf16, FP8 or a block format without "
+         "external scales: Q4_0 ... IQ4_XS, MXFP4)", dtype_name(dtype));
   HostExperts h;
   h.dtype = dtype;
   h.n_layers = c.n_layers;
@@ -237,6 +275,7 @@ HostExperts HostExperts::synthetic(const ModelConfig& c, uint64_t seed, int thre
       ++h.moe_layers;
     }
   h.set_uniform(dtype);
+  if (dtype == DType::F8_E4M3_B128) return synthetic_fp8(std::move(h), c, seed, threads);
   if (dtype != DType::BF16) return synthetic_quant(std::move(h), c, seed, threads);
   // One random block of uniform values (std 0.05) larger than a matrix; every matrix is a
   // copy of it from its own offset.

@@ -33,7 +33,8 @@ class HostExperts {
   static HostExperts shape_of(const Model& model);
   // Random experts of config's shapes (std ~0.05): a random block memcpy-tiled at a
   // per-matrix offset, on `threads` threads; tens of GB in seconds. A block-quantized dtype
-  // (GGUF formats, MXFP4) quantizes random pools of rows once and tiles whole rows of them.
+  // (GGUF formats, MXFP4) quantizes random pools of rows once and tiles whole rows of them;
+  // FP8 (128x128 tiles) quantizes 8 records of each shape and copies them.
   static HostExperts synthetic(const ModelConfig& config, uint64_t seed, int threads,
                                DType dtype = DType::BF16);
 

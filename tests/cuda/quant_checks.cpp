@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 
 #include "backend/cpu/thread_pool.h"
@@ -251,6 +252,74 @@ std::string check_gemv_mode(DType dt, bool int8_on) {
 std::string check_gemv(DType dt) {
   std::string err = with_int8(true, [&] { return check_gemv_mode(dt, true); });
   if (err.empty()) err = with_int8(false, [&] { return check_gemv_mode(dt, false); });
+  return err;
+}
+
+// FP8 experts on the tensor-core GEMV (fp8_experts_gemv): records of rows then scale tiles,
+// gate and up in one launch (x shared by each token's 2 slots), then down over silu(gate) * up
+// fused into its input, with a skipped (-1) slot; widths that end in a partial 128-column
+// tile (each is the other matrix's rows: whole 16-row strips). Each output vs the f64 dot over
+// the dequantized expert at the f16 bound.
+std::string check_fp8_experts() {
+  constexpr DType f8 = DType::F8_E4M3_B128;
+  const int64_t E = 5, I = 80, H = 272, slots = 4;
+  const std::vector<int32_t> ids = {3, -1, 0, 3};
+  std::string err;
+  // stacks[m]: E records of matrix m (0 gate, 1 up: [I, H]; 2 down: [H, I])
+  std::vector<std::vector<QMatrix>> mats(3);
+  std::vector<cuda::DeviceBuffer> stacks;
+  size_t stride[3];
+  for (int m = 0; m < 3; ++m) {
+    const int64_t rows = m < 2 ? I : H, cols = m < 2 ? H : I;
+    const cuda::ExpertRecord rec = cuda::expert_record(f8, rows, cols);
+    stride[m] = rec.bytes;
+    std::vector<uint8_t> host(E * rec.bytes, 0);
+    for (int64_t e = 0; e < E; ++e) {
+      mats[m].push_back(make_matrix(f8, rows, cols, static_cast<uint32_t>(100 * m + e)));
+      std::memcpy(host.data() + e * rec.bytes, mats[m][e].q.data(), mats[m][e].q.size());
+      std::memcpy(host.data() + e * rec.bytes + rec.scale_offset, mats[m][e].scale_inv.data(),
+                  mats[m][e].scale_inv.size() * sizeof(float));
+    }
+    stacks.push_back(up(host));
+  }
+  const auto x = randv(2 * H, 21, 1.f);  // two tokens, x_div 2
+  auto dx = up(x), dids = up(ids);
+  cuda::DeviceBuffer dg(slots * I * sizeof(float)), du(slots * I * sizeof(float)),
+      dd(slots * H * sizeof(float));
+  const bool ok1 = cuda::fp8_experts_gemv(
+      {.x = dx.as<float>(), .x_slot = H, .x_div = 2, .ids = dids.as<int32_t>(), .slots = slots,
+       .w = {stacks[0].data(), stacks[1].data()}, .y = {dg.as<float>(), du.as<float>()},
+       .count = 2, .expert_stride = stride[0],
+       .scale_offset = cuda::expert_record(f8, I, H).scale_offset, .rows = I, .cols = H,
+       .y_slot = I});
+  const bool ok2 = cuda::fp8_experts_gemv(
+      {.x = dg.as<float>(), .x_slot = I, .x_div = 1, .ids = dids.as<int32_t>(), .slots = slots,
+       .w = {stacks[2].data(), nullptr}, .y = {dd.as<float>(), nullptr}, .count = 1,
+       .expert_stride = stride[2], .scale_offset = cuda::expert_record(f8, H, I).scale_offset,
+       .rows = H, .cols = I, .y_slot = H, .x_up = du.as<float>()});
+  if (!ok1 || !ok2) return "fp8_experts_gemv declined a supported shape\n";
+  const auto g = down<float>(dg, slots * I), u = down<float>(du, slots * I),
+             d = down<float>(dd, slots * H);
+  const double tol = 2e-5 + 1.0 / 2048;  // f16 activations
+  for (int64_t s = 0; s < slots; ++s) {
+    if (ids[s] < 0) {
+      for (int64_t r = 0; r < I; ++r)
+        if (g[s * I + r] != 0.f || u[s * I + r] != 0.f) return fmt::format("skipped slot {} not zero\n", s);
+      for (int64_t r = 0; r < H; ++r)
+        if (d[s * H + r] != 0.f) return fmt::format("skipped slot {} down not zero\n", s);
+      continue;
+    }
+    const std::vector<float> xs(x.begin() + (s / 2) * H, x.begin() + (s / 2 + 1) * H);
+    const std::vector<float> gs(g.begin() + s * I, g.begin() + (s + 1) * I),
+        us(u.begin() + s * I, u.begin() + (s + 1) * I);
+    err += compare(mats[0][ids[s]], xs, 1, gs, tol, fmt::format("fp8 experts gate slot {}", s));
+    err += compare(mats[1][ids[s]], xs, 1, us, tol, fmt::format("fp8 experts up slot {}", s));
+    std::vector<float> h(I);  // down's input from the GPU's own gate / up (checked above)
+    for (int64_t i = 0; i < I; ++i) h[i] = gs[i] / (1.f + std::exp(-gs[i])) * us[i];
+    const std::vector<float> ds(d.begin() + s * H, d.begin() + (s + 1) * H);
+    err += compare(mats[2][ids[s]], h, 1, ds, tol + 1e-5, fmt::format("fp8 experts down slot {}", s));
+    if (!err.empty()) return err;
+  }
   return err;
 }
 
@@ -512,6 +581,7 @@ std::vector<Check> quant_checks(const std::string& fixtures_dir) {
     if (dt != DType::NVFP4 && dt != DType::F8_E4M3_B128)
       out.push_back({"quant_moe_" + n, [dt] { return check_moe(dt); }});
   }
+  out.push_back({"quant_fp8_experts", [] { return check_fp8_experts(); }});
   out.push_back({"quant_gguf_Q8_0", [fixtures_dir] { return check_gguf(fixtures_dir, 8, "q8_0", 0.05f); }});
   out.push_back({"quant_gguf_Q4_K", [fixtures_dir] { return check_gguf(fixtures_dir, 12, "q4_k", 0.5f); }});
   return out;

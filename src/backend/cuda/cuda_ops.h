@@ -392,6 +392,28 @@ void quant_gemv_multi(const float* x, int64_t n, const GemvOut* outs, int count)
 // false: every quantized GEMV takes the f32-activation kernel (the reference path, FP8 included;
 // tests and A/B benches). Default on unless FT_CUDA_QGEMV=f32.
 void set_quant_gemv_int8(bool on);
+bool quant_gemv_int8();  // the current setting
+// Decode experts of FP8 records (ExpertRecord: rows then scale_inv at scale_offset) on the
+// tensor-core FP8 GEMV: for every slot s < slots and matrix m < count (1 or 2, the same shape
+// and stride), y[m] + s * y_slot = (x + (s / x_div) * x_slot) W_m[ids[s]]^T with expert e's
+// record at w[m] + e * expert_stride; ids[s] < 0 writes zeros. x_up non-null: the input is
+// silu(x) * x_up (strides as x; fused SwiGLU). false (nothing launched) when the shape or
+// alignment does not suit it.
+struct Fp8ExpertsGemv {
+  const float* x;
+  int64_t x_slot;
+  int x_div;
+  const int32_t* ids;
+  int64_t slots;
+  const void* w[2];
+  float* y[2];
+  int count;
+  size_t expert_stride, scale_offset;
+  int64_t rows, cols;
+  int64_t y_slot;
+  const float* x_up = nullptr;
+};
+bool fp8_experts_gemv(const Fp8ExpertsGemv& a);
 // Decode experts: for every slot s < slots, y[m] + s * y_slot = (x + (s / x_div) * x_slot)
 // W_m[ids[s]]^T for count (1 or 2) stacked matrices w[m] [E, rows, cols]; ids (device) < 0
 // writes zeros. Formats without per-expert scales (not NVFP4 / FP8).

@@ -52,6 +52,14 @@ struct Fp8Params {
   bool accumulate[k_gemv_multi];
   int64_t rows[k_gemv_multi];
   int64_t strip0[k_gemv_multi + 1];  // first strip of each matrix
+  // Experts form (ids != nullptr, one token per slot = blockIdx.y): matrix m of expert ids[s]
+  // is the record at w[m] + ids[s] * expert_stride, its scale_inv scale_offset bytes into it;
+  // input x + (s / x_div) * x_slot, output y[m] + s * y_slot; ids[s] < 0 writes 0.
+  const int32_t* ids = nullptr;
+  const float* x_up = nullptr;  // non-null: the input is silu(x) * x_up (strides as x)
+  size_t expert_stride = 0, scale_offset = 0;
+  int x_div = 1;
+  int64_t x_slot = 0, y_slot = 0;
 };
 
 // Two e4m3 (the low 16 bits of v) -> f16x2, exactly (one cvt on sm_89+).
@@ -111,6 +119,13 @@ __global__ void __launch_bounds__(k_fthreads, 3) fp8_mma_kernel(const __grid_con
   };
   Cur ld{grp, 0, 0, 0};
   locate(ld);
+  // Matrix m's weights, scales and output (the experts form: the slot's expert, offsets set
+  // below).
+  size_t eoff = 0;
+  int64_t yoff = 0;
+  const float* x = p.x;
+  const float* xu = p.x_up;
+  auto wmat = [&](int m) { return p.w[m] + eoff; };
   // A stage holds chunk c (16 bytes) of lane l at (32 c + l) * 16: each copy and each read-back
   // of the warp is 512 contiguous bytes (no bank conflicts).
   const uint32_t slot0 = static_cast<uint32_t>(__cvta_generic_to_shared(ring + warp * k_warp_ring)) +
@@ -121,7 +136,7 @@ __global__ void __launch_bounds__(k_fthreads, 3) fp8_mma_kernel(const __grid_con
     if (issued < items) {
       const int tile = sub + S * ld.k;
       const int64_t row = ld.row0 + g, col = int64_t{tile} * k_tile + 16 * t;
-      const uint8_t* src = p.w[ld.m] + row * p.cols + col;
+      const uint8_t* src = wmat(ld.m) + row * p.cols + col;
       const uint32_t dst = slot0 + ist * 32 * k_lane_bytes;
 #pragma unroll
       for (int h = 0; h < 2; ++h) {  // row g, then g + 8
@@ -138,9 +153,25 @@ __global__ void __launch_bounds__(k_fthreads, 3) fp8_mma_kernel(const __grid_con
     }
     cp_async_commit();
   };
-  for (int k = 0; k < k_stages - 1; ++k) issue();  // weights are immutable: before the wait
+  if (!p.ids)  // weights are immutable: in flight before the wait
+    for (int k = 0; k < k_stages - 1; ++k) issue();
   pdl_wait();
   pdl_trigger();
+  if (p.ids) {
+    const int64_t slot = blockIdx.y, e = p.ids[slot];
+    yoff = slot * p.y_slot;
+    if (e < 0) {  // computed elsewhere: contributes nothing
+      for (Cur z{grp, 0, 0, 0}; z.s < nstrips; z.s += ngrp) {
+        locate(z);
+        if (sub == 0 && lane < 16 && z.row0 + lane < p.rows[z.m]) p.y[z.m][yoff + z.row0 + lane] = 0.f;
+      }
+      return;
+    }
+    eoff = static_cast<size_t>(e) * p.expert_stride;
+    x += (slot / p.x_div) * p.x_slot;
+    if (xu) xu += (slot / p.x_div) * p.x_slot;
+    for (int k = 0; k < k_stages - 1; ++k) issue();
+  }
 
   // Stage the activations: per (token, 128-column block) one warp finds max|x|, picks
   // 2^e with max * 2^e in [2^14, 2^15) and stores f16(x * 2^e) and 2^-e (0 past the columns).
@@ -148,7 +179,10 @@ __global__ void __launch_bounds__(k_fthreads, 3) fp8_mma_kernel(const __grid_con
     const int tok = j / p.tiles, b = j - tok * p.tiles;
     const int64_t c = int64_t{b} * k_tile + 4 * lane;
     float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-    if (c < p.cols) v = __ldg(reinterpret_cast<const float4*>(p.x + tok * p.ldx + c));
+    if (c < p.cols) {
+      v = __ldg(reinterpret_cast<const float4*>(x + tok * p.ldx + c));
+      if (xu) v = silu_mul4(v, __ldg(reinterpret_cast<const float4*>(xu + tok * p.ldx + c)));
+    }
     float a = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, o));
@@ -201,7 +235,8 @@ __global__ void __launch_bounds__(k_fthreads, 3) fp8_mma_kernel(const __grid_con
                    e4m3x2_h2(wh[j] >> 16), jj ? b.z : b.x, jj ? b.w : b.y);
         }
       }
-      const float sc = __ldg(p.scale_inv[cp.m] + (cp.row0 / 128) * p.tiles + tile);
+      const float* sm = p.ids ? reinterpret_cast<const float*>(wmat(cp.m) + p.scale_offset) : p.scale_inv[cp.m];
+      const float sc = __ldg(sm + (cp.row0 / 128) * p.tiles + tile);
       const float f0 = live0 ? sc * xf0[tile] : 0.f, f1 = live1 ? sc * xf1[tile] : 0.f;
       acc[0] = fmaf(f0, d[0], acc[0]), acc[1] = fmaf(f1, d[1], acc[1]);
       acc[2] = fmaf(f0, d[2], acc[2]), acc[3] = fmaf(f1, d[3], acc[3]);
@@ -211,7 +246,7 @@ __global__ void __launch_bounds__(k_fthreads, 3) fp8_mma_kernel(const __grid_con
       auto put = [&](int64_t row, int tok, float v) {
         if (row >= p.rows[m]) return;
         if (p.bias[m]) v += p.bias[m][row];
-        float* o = p.y[m] + tok * p.rows[m] + row;
+        float* o = p.y[m] + yoff + tok * p.rows[m] + row;
         *o = p.accumulate[m] ? *o + v : v;
       };
       if (S == 1) {
@@ -241,7 +276,8 @@ __global__ void __launch_bounds__(k_fthreads, 3) fp8_mma_kernel(const __grid_con
   cp_async_wait<0>();
 }
 
-bool launch(Fp8Params& p) {
+// slots: the experts form's slot count (grid.y), 1 for plain matrices.
+bool launch(Fp8Params& p, int64_t slots) {
   const size_t dyn = fp8_smem(p.n, p.tiles);
   if (dyn > k_fp8_smem_max) return false;
   static std::atomic<uint64_t> opted{0};
@@ -251,11 +287,13 @@ bool launch(Fp8Params& p) {
   // S: the fewest warps per strip that still give every resident warp a strip (up to 8).
   const int64_t strips = p.strip0[p.count], warps = resident * k_fwarps;
   p.split = 1;
-  while (p.split < k_fwarps && strips * p.split < warps) p.split *= 2;
+  while (p.split < k_fwarps && strips * slots * p.split < warps) p.split *= 2;
   p.tiles_per_warp = (p.tiles + p.split - 1) / p.split;
   const int64_t per_block = k_fwarps / p.split;  // groups per block: enough for the strips
-  const int64_t grid = std::clamp<int64_t>((strips + per_block - 1) / per_block, 1, resident);
-  launch_kernel(fp8_mma_kernel, dim3(static_cast<unsigned>(grid)), dim3(k_fthreads), dyn, p);
+  const int64_t grid = std::clamp<int64_t>((strips + per_block - 1) / per_block, 1,
+                                           std::max<int64_t>(resident / slots, 1));
+  launch_kernel(fp8_mma_kernel, dim3(static_cast<unsigned>(grid), static_cast<unsigned>(slots)),
+                dim3(k_fthreads), dyn, p);
   return true;
 }
 }  // namespace
@@ -273,7 +311,32 @@ bool launch_fp8(const QParams& q, int64_t nt) {
     p.strip0[m + 1] = p.strip0[m] + (q.rows[m] + 15) / 16;
   }
   if (reinterpret_cast<uintptr_t>(q.x) % 16 != 0 || q.ldx % 4 != 0) return false;
-  return launch(p);
+  return launch(p, 1);
 }
 
 }  // namespace ft::cuda::qgemv
+
+namespace ft::cuda {
+bool fp8_experts_gemv(const Fp8ExpertsGemv& a) {
+  using namespace qgemv;
+  if (a.slots == 0) return true;
+  if (a.cols % 16 != 0 || reinterpret_cast<uintptr_t>(a.x) % 16 != 0 || a.x_slot % 4 != 0 ||
+      a.expert_stride % 16 != 0 ||
+      a.scale_offset % 4 != 0)
+    return false;
+  if (a.count < 1 || a.count > 2 || (a.x_up && reinterpret_cast<uintptr_t>(a.x_up) % 16 != 0))
+    return false;
+  Fp8Params p{.x = a.x, .ldx = a.cols, .cols = a.cols, .n = 1, .count = a.count};
+  p.tiles = static_cast<int>((a.cols + k_tile - 1) / k_tile);
+  p.strip0[0] = 0;
+  for (int m = 0; m < a.count; ++m) {
+    if (reinterpret_cast<uintptr_t>(a.w[m]) % 16 != 0) return false;
+    p.w[m] = static_cast<const uint8_t*>(a.w[m]), p.y[m] = a.y[m], p.rows[m] = a.rows;
+    p.strip0[m + 1] = p.strip0[m] + (a.rows + 15) / 16;
+  }
+  p.ids = a.ids, p.expert_stride = a.expert_stride, p.scale_offset = a.scale_offset;
+  p.x_up = a.x_up;
+  p.x_div = a.x_div, p.x_slot = a.x_slot, p.y_slot = a.y_slot;
+  return launch(p, a.slots);
+}
+}  // namespace ft::cuda

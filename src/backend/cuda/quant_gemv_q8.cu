@@ -292,4 +292,5 @@ bool launch_q8(DType dt, QParams& p, int64_t nt, int64_t slots) {
 
 namespace ft::cuda {
 void set_quant_gemv_int8(bool on) { qgemv::q8_state().store(on ? 1 : 0); }
+bool quant_gemv_int8() { return qgemv::q8_state().load() != 0; }
 }  // namespace ft::cuda
