@@ -328,6 +328,31 @@ TEST(QuantKernels, Fp8EveryCodeEveryIsa) {
   }
 }
 
+// A NaN code (either sign) in each part of an FP8 row: a whole 128-column tile, the 16-column
+// steps of the short last tile, its last k % 16 codes; rows side by side and a leftover row.
+TEST(QuantKernels, Fp8NanEachPartEveryIsa) {
+  const int64_t rows = 9, cols = 128 + 64 + 5;
+  std::vector<uint8_t> q(rows * cols, 0x38);  // 1.0
+  q[1 * cols + 40] = 0x7f;
+  q[6 * cols + 150] = 0xff;
+  q[8 * cols + 195] = 0x7f;
+  const std::vector<float> s = {0.5f, 2.f};  // [1, 2] scales
+  auto x = randn(cols, 6);
+  double ref = 0;
+  for (int64_t c = 0; c < cols; ++c) ref += double(s[c / 128]) * x[c];
+  for (std::string_view isa : cpu::supported_isas()) {
+    const cpu::QuantKernels* qk = cpu::quant_kernels_for(isa);
+    std::vector<float> y(rows);
+    qk->gemm_fp8(x.data(), 1, cols, q.data(), s.data(), 0, rows, y.data(), rows);
+    for (int64_t r = 0; r < rows; ++r) {
+      if (r == 1 || r == 6 || r == 8)
+        EXPECT_TRUE(std::isnan(y[r])) << isa << " row " << r;
+      else
+        EXPECT_NEAR(y[r], ref, 1e-5 * cols) << isa << " row " << r;
+    }
+  }
+}
+
 // ops::matmul on quantized views matches the f32 matmul of the dequantized weights.
 TEST(QuantMatmul, OpsDispatch) {
   ThreadPool pool(2);

@@ -3,6 +3,7 @@
 // Compiled with -mavx2 -mfma -mf16c; selected only when the CPU has them.
 #include <immintrin.h>
 
+#include "backend/cpu/quant_fp8_avx2.h"
 #include "backend/cpu/quant_fused.h"
 #include "backend/cpu/quant_simd.h"
 
@@ -80,40 +81,17 @@ struct Avx2Q : qsimd::Ymm<Avx2Q> {
     }
     return r;
   }
-  // e4m3 -> f32 lane-wise (see the AVX-512 table): integer rebias, subnormal and NaN blends, sign.
-  static __m256 e4m3_8(const uint8_t* q) {
-    const __m256i x = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(q)));
-    const __m256i a = _mm256_and_si256(x, _mm256_set1_epi32(0x7f));
-    __m256 v = _mm256_castsi256_ps(
-        _mm256_add_epi32(_mm256_slli_epi32(a, 20), _mm256_set1_epi32(120 << 23)));
-    const __m256 sub = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(8), a));
-    v = _mm256_blendv_ps(v, _mm256_mul_ps(_mm256_cvtepi32_ps(a), _mm256_set1_ps(0.001953125f)), sub);
-    const __m256 nan = _mm256_castsi256_ps(_mm256_cmpeq_epi32(a, _mm256_set1_epi32(0x7f)));
-    v = _mm256_blendv_ps(v, _mm256_castsi256_ps(_mm256_set1_epi32(0x7fc00000)), nan);
-    const __m256i sign = _mm256_slli_epi32(_mm256_and_si256(x, _mm256_set1_epi32(0x80)), 24);
-    return _mm256_castsi256_ps(_mm256_or_si256(_mm256_castps_si256(v), sign));
-  }
+  // FP8: the fp16 decode and the one-token GEMV of quant_fp8_avx2.h.
   static void e4m3_scaled(const uint8_t* q, int64_t n, float scale, float* out) {
-    const __m256 s = _mm256_set1_ps(scale);
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, _mm256_mul_ps(e4m3_8(q + i), s));
-    const float* lut = e4m3_table();
-    for (; i < n; ++i) out[i] = lut[q[i]] * scale;
+    fp8avx2::e4m3_scaled(q, n, scale, out);
   }
   static float dot_e4m3(const uint8_t* q, const float* x, int64_t n) {
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-      acc0 = _mm256_fmadd_ps(e4m3_8(q + i), _mm256_loadu_ps(x + i), acc0);
-      acc1 = _mm256_fmadd_ps(e4m3_8(q + i + 8), _mm256_loadu_ps(x + i + 8), acc1);
-    }
-    acc0 = _mm256_add_ps(acc0, acc1);
-    __m128 h = _mm_add_ps(_mm256_castps256_ps128(acc0), _mm256_extractf128_ps(acc0, 1));
-    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
-    float r = _mm_cvtss_f32(_mm_add_ss(h, _mm_shuffle_ps(h, h, 1)));
-    const float* lut = e4m3_table();
-    for (; i < n; ++i) r += lut[q[i]] * x[i];
-    return r;
+    return fp8avx2::dot_e4m3(q, x, n);
+  }
+  static bool gemv_fp8(const float* x, int64_t k, const uint8_t* w, const float* scale_inv,
+                       int64_t r0, int64_t r1, float* y) {
+    fp8avx2::gemv(x, k, w, scale_inv, r0, r1, y);
+    return true;
   }
   static void lut16(uint8_t* u, int64_t n, const uint8_t* book) {
     const __m128i t = _mm_loadu_si128(reinterpret_cast<const __m128i*>(book));
