@@ -412,6 +412,10 @@ struct Fp8ExpertsGemv {
   int64_t rows, cols;
   int64_t y_slot;
   const float* x_up = nullptr;
+  // ids were final before the previous kernel on the stream started (e.g. down after gate+up:
+  // every PDL kernel waits for its predecessor before it lets the next one start), so the
+  // kernel reads them and starts its weight loads before its PDL wait.
+  bool ids_early = false;
 };
 bool fp8_experts_gemv(const Fp8ExpertsGemv& a);
 // Decode experts: for every slot s < slots, y[m] + s * y_slot = (x + (s / x_div) * x_slot)

@@ -173,7 +173,7 @@ void moe_decode_mixed(const DeviceExperts& e, const MoeArgs& a, MoeWorkspace& ws
                           .w = {e.down, nullptr}, .y = {d, nullptr}, .count = 1,
                           .expert_stride = e.expert_stride(2),
                           .scale_offset = expert_record(f8, H, I).scale_offset, .rows = H,
-                          .cols = I, .y_slot = H, .x_up = up}))) {
+                          .cols = I, .y_slot = H, .x_up = up, .ids_early = true}))) {
     silu_mul(act, up, slots * I, act);
     matrix_gemv(e, 2, act, I, 1, a.ids, slots, d);
   }

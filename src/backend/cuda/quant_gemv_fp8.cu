@@ -60,6 +60,7 @@ struct Fp8Params {
   size_t expert_stride = 0, scale_offset = 0;
   int x_div = 1;
   int64_t x_slot = 0, y_slot = 0;
+  bool ids_early = false;  // ids may be read before the PDL wait (see Fp8ExpertsGemv)
 };
 
 // Two e4m3 (the low 16 bits of v) -> f16x2, exactly (one cvt on sm_89+).
@@ -153,12 +154,15 @@ __global__ void __launch_bounds__(k_fthreads, 3) fp8_mma_kernel(const __grid_con
     }
     cp_async_commit();
   };
-  if (!p.ids)  // weights are immutable: in flight before the wait
+  // Weights are immutable: in flight before the wait, and the expert's too when its id is.
+  const int64_t slot = blockIdx.y, e_early = p.ids && p.ids_early ? p.ids[slot] : -1;
+  if (e_early >= 0) eoff = static_cast<size_t>(e_early) * p.expert_stride;
+  if (!p.ids || e_early >= 0)
     for (int k = 0; k < k_stages - 1; ++k) issue();
   pdl_wait();
   pdl_trigger();
   if (p.ids) {
-    const int64_t slot = blockIdx.y, e = p.ids[slot];
+    const int64_t e = p.ids_early ? e_early : p.ids[slot];
     yoff = slot * p.y_slot;
     if (e < 0) {  // computed elsewhere: contributes nothing
       for (Cur z{grp, 0, 0, 0}; z.s < nstrips; z.s += ngrp) {
@@ -167,10 +171,12 @@ __global__ void __launch_bounds__(k_fthreads, 3) fp8_mma_kernel(const __grid_con
       }
       return;
     }
-    eoff = static_cast<size_t>(e) * p.expert_stride;
     x += (slot / p.x_div) * p.x_slot;
     if (xu) xu += (slot / p.x_div) * p.x_slot;
-    for (int k = 0; k < k_stages - 1; ++k) issue();
+    if (!p.ids_early) {
+      eoff = static_cast<size_t>(e) * p.expert_stride;
+      for (int k = 0; k < k_stages - 1; ++k) issue();
+    }
   }
 
   // Stage the activations: per (token, 128-column block) one warp finds max|x|, picks
@@ -335,7 +341,7 @@ bool fp8_experts_gemv(const Fp8ExpertsGemv& a) {
     p.strip0[m + 1] = p.strip0[m] + (a.rows + 15) / 16;
   }
   p.ids = a.ids, p.expert_stride = a.expert_stride, p.scale_offset = a.scale_offset;
-  p.x_up = a.x_up;
+  p.x_up = a.x_up, p.ids_early = a.ids_early;
   p.x_div = a.x_div, p.x_slot = a.x_slot, p.y_slot = a.y_slot;
   return launch(p, a.slots);
 }
