@@ -172,11 +172,30 @@ HostExperts HostExperts::copy_of(const Model& model,
   return h;
 }
 
-// Quantized synthetic experts: pools of 2x a matrix's rows (random, quantized once, on the
-// threads), every matrix a run of whole rows from a per-matrix offset.
+// Runs fill(dst, k, j) on `threads` threads for every expert matrix of every MoE layer: dst its
+// record, k the matrix (0 gate, 1 up, 2 down), j its index over all (the seed of its contents).
+template <class Fill>
+static void fill_matrices(const HostExperts& h, int threads, const Fill& fill) {
+  const int64_t jobs = h.n_layers * h.n_experts * 3;
+  threads = std::max(1, threads);
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t)
+    pool.emplace_back([&, t] {
+      for (int64_t j = t; j < jobs; j += threads) {
+        const int64_t l = j / (h.n_experts * 3), r = j % (h.n_experts * 3);
+        if (!h.has_layer(l)) continue;
+        const int k = static_cast<int>(r / h.n_experts);
+        const int64_t e = r % h.n_experts;
+        fill(const_cast<char*>(h.gate(l)) + k * h.matrix_bytes() + e * h.expert_matrix_bytes(),
+             k, j);
+      }
+    });
+  for (auto& th : pool) th.join();
+}
+
 // FP8 records (rows, then their 128x128 scale tiles): 8 random gate/up-shaped and 8 down-shaped
 // records, quantized once; expert e of matrix k copies one of them.
-static HostExperts synthetic_fp8(HostExperts h, const ModelConfig& c, uint64_t seed, int threads) {
+static HostExperts synthetic_fp8(HostExperts h, uint64_t seed, int threads) {
   constexpr int kDistinct = 8;
   const int64_t I = h.inter, H = h.hidden;
   const size_t rec = h.expert_matrix_bytes();
@@ -195,25 +214,16 @@ static HostExperts synthetic_fp8(HostExperts h, const ModelConfig& c, uint64_t s
       quant::quantize_fp8_b128(w.data(), rows, cols, dst, reinterpret_cast<float*>(dst + so));
     });
   for (auto& th : pool) th.join();
-  pool.clear();
-  const int64_t jobs = c.n_layers * h.n_experts * 3;
-  threads = std::max(1, threads);
-  for (int t = 0; t < threads; ++t)
-    pool.emplace_back([&, t] {
-      for (int64_t j = t; j < jobs; j += threads) {
-        const int64_t l = j / (h.n_experts * 3), r = j % (h.n_experts * 3);
-        if (!h.has_layer(l)) continue;
-        const int64_t k = r / h.n_experts, e = r % h.n_experts;
-        const int which = static_cast<int>(mix(seed ^ (uint64_t(j) << 20)) % kDistinct);
-        std::memcpy(const_cast<char*>(h.gate(l)) + k * h.matrix_bytes() + e * rec,
-                    recs.data() + ((k == 2 ? kDistinct : 0) + which) * rec, rec);
-      }
-    });
-  for (auto& th : pool) th.join();
+  fill_matrices(h, threads, [&](char* dst, int k, int64_t j) {
+    const int which = static_cast<int>(mix(seed ^ (uint64_t(j) << 20)) % kDistinct);
+    std::memcpy(dst, recs.data() + ((k == 2 ? kDistinct : 0) + which) * rec, rec);
+  });
   return h;
 }
 
-static HostExperts synthetic_quant(HostExperts h, const ModelConfig& c, uint64_t seed, int threads) {
+// Quantized synthetic experts: pools of 2x a matrix's rows (random, quantized once, on the
+// threads), every matrix a run of whole rows from a per-matrix offset.
+static HostExperts synthetic_quant(HostExperts h, uint64_t seed, int threads) {
   const quant::QuantType qt = quant::from_dtype(h.dtype);
   const int64_t I = h.inter, H = h.hidden;
   const size_t rb_g = dtype_row_bytes(h.dtype, H), rb_d = dtype_row_bytes(h.dtype, I);
@@ -235,24 +245,13 @@ static HostExperts synthetic_quant(HostExperts h, const ModelConfig& c, uint64_t
       }
     });
   for (auto& th : pool) th.join();
-  pool.clear();
-  const int64_t jobs = c.n_layers * h.n_experts * 3;
-  for (int t = 0; t < threads; ++t)
-    pool.emplace_back([&, t] {
-      for (int64_t j = t; j < jobs; j += threads) {
-        const int64_t l = j / (h.n_experts * 3), r = j % (h.n_experts * 3);
-        if (!h.has_layer(l)) continue;
-        const int64_t k = r / h.n_experts, e = r % h.n_experts;
-        char* dst = const_cast<char*>(h.gate(l)) + k * h.matrix_bytes() +
-                    e * h.expert_matrix_bytes();
-        const bool down = k == 2;
-        const int64_t rows = down ? H : I, span = (down ? pd : pg) - rows + 1;
-        const int64_t off = static_cast<int64_t>(mix(seed ^ (uint64_t(j) << 20)) % span);
-        const uint8_t* src = down ? pool_d.data() + off * rb_d : pool_g.data() + off * rb_g;
-        std::memcpy(dst, src, h.expert_matrix_bytes());
-      }
-    });
-  for (auto& th : pool) th.join();
+  fill_matrices(h, threads, [&](char* dst, int k, int64_t j) {
+    const bool down = k == 2;
+    const int64_t rows = down ? H : I, span = (down ? pd : pg) - rows + 1;
+    const int64_t off = static_cast<int64_t>(mix(seed ^ (uint64_t(j) << 20)) % span);
+    const uint8_t* src = down ? pool_d.data() + off * rb_d : pool_g.data() + off * rb_g;
+    std::memcpy(dst, src, h.expert_matrix_bytes());
+  });
   return h;
 }
 
@@ -275,8 +274,8 @@ HostExperts HostExperts::synthetic(const ModelConfig& c, uint64_t seed, int thre
       ++h.moe_layers;
     }
   h.set_uniform(dtype);
-  if (dtype == DType::F8_E4M3_B128) return synthetic_fp8(std::move(h), c, seed, threads);
-  if (dtype != DType::BF16) return synthetic_quant(std::move(h), c, seed, threads);
+  if (dtype == DType::F8_E4M3_B128) return synthetic_fp8(std::move(h), seed, threads);
+  if (dtype != DType::BF16) return synthetic_quant(std::move(h), seed, threads);
   // One random block of uniform values (std 0.05) larger than a matrix; every matrix is a
   // copy of it from its own offset.
   const int64_t n = h.inter * h.hidden;
@@ -285,22 +284,10 @@ HostExperts HostExperts::synthetic(const ModelConfig& c, uint64_t seed, int thre
   std::uniform_real_distribution<float> u(-0.0866f, 0.0866f);
   for (auto& v : block) v = f32_to_bf16(u(rng));
   const int64_t span = static_cast<int64_t>(block.size()) - n + 1;
-  const int64_t jobs = c.n_layers * h.n_experts * 3;
-  threads = std::max(1, threads);
-  std::vector<std::thread> pool;
-  for (int t = 0; t < threads; ++t)
-    pool.emplace_back([&, t] {
-      for (int64_t j = t; j < jobs; j += threads) {
-        const int64_t l = j / (h.n_experts * 3), r = j % (h.n_experts * 3);
-        if (!h.has_layer(l)) continue;
-        const int64_t k = r / h.n_experts, e = r % h.n_experts;
-        char* dst = static_cast<char*>(h.layers_[l].data()) + k * h.matrix_bytes() +
-                    e * h.expert_matrix_bytes();
-        const int64_t off = static_cast<int64_t>(mix(seed ^ (uint64_t(j) << 20)) % span);
-        std::memcpy(dst, block.data() + off, n * sizeof(uint16_t));
-      }
-    });
-  for (auto& th : pool) th.join();
+  fill_matrices(h, threads, [&](char* dst, int, int64_t j) {
+    const int64_t off = static_cast<int64_t>(mix(seed ^ (uint64_t(j) << 20)) % span);
+    std::memcpy(dst, block.data() + off, n * sizeof(uint16_t));
+  });
   return h;
 }
 

@@ -286,17 +286,20 @@ std::string check_fp8_experts() {
   auto dx = up(x), dids = up(ids);
   cuda::DeviceBuffer dg(slots * I * sizeof(float)), du(slots * I * sizeof(float)),
       dd(slots * H * sizeof(float));
-  const bool ok1 = cuda::fp8_experts_gemv(
-      {.x = dx.as<float>(), .x_slot = H, .x_div = 2, .ids = dids.as<int32_t>(), .slots = slots,
-       .w = {stacks[0].data(), stacks[1].data()}, .y = {dg.as<float>(), du.as<float>()},
-       .count = 2, .expert_stride = stride[0],
-       .scale_offset = cuda::expert_record(f8, I, H).scale_offset, .rows = I, .cols = H,
-       .y_slot = I});
-  const bool ok2 = cuda::fp8_experts_gemv(
-      {.x = dg.as<float>(), .x_slot = I, .x_div = 1, .ids = dids.as<int32_t>(), .slots = slots,
-       .w = {stacks[2].data(), nullptr}, .y = {dd.as<float>(), nullptr}, .count = 1,
-       .expert_stride = stride[2], .scale_offset = cuda::expert_record(f8, H, I).scale_offset,
-       .rows = H, .cols = I, .y_slot = H, .x_up = du.as<float>()});
+  const bool ok1 =
+      cuda::fp8_experts_gemv({.x = dx.as<float>(), .x_slot = H, .x_div = 2,
+                              .ids = dids.as<int32_t>(), .slots = slots,
+                              .w = {stacks[0].data(), stacks[1].data()},
+                              .y = {dg.as<float>(), du.as<float>()}, .count = 2, .dtype = f8,
+                              .rows = I, .cols = H, .y_slot = I, .expert_stride = stride[0],
+                              .scale_offset = cuda::expert_record(f8, I, H).scale_offset});
+  const bool ok2 =
+      cuda::fp8_experts_gemv({.x = dg.as<float>(), .x_slot = I, .x_div = 1,
+                              .ids = dids.as<int32_t>(), .slots = slots,
+                              .w = {stacks[2].data(), nullptr}, .y = {dd.as<float>(), nullptr},
+                              .count = 1, .dtype = f8, .rows = H, .cols = I, .y_slot = H,
+                              .expert_stride = stride[2], .x_up = du.as<float>(),
+                              .scale_offset = cuda::expert_record(f8, H, I).scale_offset});
   if (!ok1 || !ok2) return "fp8_experts_gemv declined a supported shape\n";
   const auto g = down<float>(dg, slots * I), u = down<float>(du, slots * I),
              d = down<float>(dd, slots * H);

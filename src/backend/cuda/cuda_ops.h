@@ -393,31 +393,6 @@ void quant_gemv_multi(const float* x, int64_t n, const GemvOut* outs, int count)
 // tests and A/B benches). Default on unless FT_CUDA_QGEMV=f32.
 void set_quant_gemv_int8(bool on);
 bool quant_gemv_int8();  // the current setting
-// Decode experts of FP8 records (ExpertRecord: rows then scale_inv at scale_offset) on the
-// tensor-core FP8 GEMV: for every slot s < slots and matrix m < count (1 or 2, the same shape
-// and stride), y[m] + s * y_slot = (x + (s / x_div) * x_slot) W_m[ids[s]]^T with expert e's
-// record at w[m] + e * expert_stride; ids[s] < 0 writes zeros. x_up non-null: the input is
-// silu(x) * x_up (strides as x; fused SwiGLU). false (nothing launched) when the shape or
-// alignment does not suit it.
-struct Fp8ExpertsGemv {
-  const float* x;
-  int64_t x_slot;
-  int x_div;
-  const int32_t* ids;
-  int64_t slots;
-  const void* w[2];
-  float* y[2];
-  int count;
-  size_t expert_stride, scale_offset;
-  int64_t rows, cols;
-  int64_t y_slot;
-  const float* x_up = nullptr;
-  // ids were final before the previous kernel on the stream started (e.g. down after gate+up:
-  // every PDL kernel waits for its predecessor before it lets the next one start), so the
-  // kernel reads them and starts its weight loads before its PDL wait.
-  bool ids_early = false;
-};
-bool fp8_experts_gemv(const Fp8ExpertsGemv& a);
 // Decode experts: for every slot s < slots, y[m] + s * y_slot = (x + (s / x_div) * x_slot)
 // W_m[ids[s]]^T for count (1 or 2) stacked matrices w[m] [E, rows, cols]; ids (device) < 0
 // writes zeros. Formats without per-expert scales (not NVFP4 / FP8).
@@ -434,8 +409,18 @@ struct QuantExpertGemv {
   int64_t rows, cols, y_slot;
   size_t expert_stride = 0;  // bytes from one expert to the next (0: rows * row bytes; h6f)
   const float* x_up = nullptr;  // non-null: the input is silu(x) * x_up (x_up laid out as x)
+  // fp8_experts_gemv only: the scale tiles' offset in each expert's record (ExpertRecord), and
+  // ids_early: the ids were final before the previous kernel on the stream started (e.g. down
+  // after gate+up: every PDL kernel waits for its predecessor before it lets the next one
+  // start), so the kernel reads them and starts its weight loads before its PDL wait.
+  size_t scale_offset = 0;
+  bool ids_early = false;
 };
 void quant_experts_gemv(const QuantExpertGemv& a);
+// The same for FP8 128x128 records (rows, then scale_inv at scale_offset; dtype
+// F8_E4M3_B128, count 1 or 2 of one shape and stride) on the tensor-core FP8 GEMV
+// (quant_gemv_fp8.cu); false (nothing launched) when the shape or alignment does not suit it.
+bool fp8_experts_gemv(const QuantExpertGemv& a);
 // Prefill GEMM on tensor cores: panels of W dequantized to bf16 hi + lo parts in the Blas
 // scratch, x split likewise, three cuBLAS bf16 GEMMs (fp32 accumulation, ~2^-16 relative).
 void quant_gemm(Blas& blas, const float* x, int64_t n, const DeviceMatrix& w, float* y);

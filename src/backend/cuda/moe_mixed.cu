@@ -115,8 +115,8 @@ void matrix_gemv(const DeviceExperts& e, int m, const float* x, int64_t x_slot, 
   if (t == DType::F8_E4M3_B128 && quant_gemv_int8() &&
       fp8_experts_gemv({.x = x, .x_slot = x_slot, .x_div = x_div, .ids = ids, .slots = slots,
                         .w = {e.matrix(m), nullptr}, .y = {y, nullptr}, .count = 1,
-                        .expert_stride = e.expert_stride(m), .scale_offset = rec.scale_offset,
-                        .rows = rows, .cols = cols, .y_slot = rows}))
+                        .dtype = DType::F8_E4M3_B128, .rows = rows, .cols = cols, .y_slot = rows,
+                        .expert_stride = e.expert_stride(m), .scale_offset = rec.scale_offset}))
     return;
   const ExpertGemvArgs a{.x = x, .x_slot = x_slot, .x_div = x_div, .ids = ids,
                          .w = static_cast<const uint8_t*>(e.matrix(m)),
@@ -160,20 +160,20 @@ void moe_decode_mixed(const DeviceExperts& e, const MoeArgs& a, MoeWorkspace& ws
                         .cols = H, .y_slot = I, .expert_stride = e.expert_stride(0)});
   } else if (!(fp8 && tg == f8 && e.type(1) == f8 && e.expert_stride(0) == e.expert_stride(1) &&
                fp8_experts_gemv({.x = a.x, .x_slot = H, .x_div = k, .ids = a.ids, .slots = slots,
-                                 .w = {e.gate, e.up}, .y = {act, up}, .count = 2,
+                                 .w = {e.gate, e.up}, .y = {act, up}, .count = 2, .dtype = f8,
+                                 .rows = I, .cols = H, .y_slot = I,
                                  .expert_stride = e.expert_stride(0),
-                                 .scale_offset = expert_record(f8, I, H).scale_offset, .rows = I,
-                                 .cols = H, .y_slot = I}))) {
+                                 .scale_offset = expert_record(f8, I, H).scale_offset}))) {
     matrix_gemv(e, 0, a.x, H, k, a.ids, slots, act);
     matrix_gemv(e, 1, a.x, H, k, a.ids, slots, up);
   }
   // FP8 down: silu(gate) * up fused into its input staging
   if (!(fp8 && e.type(2) == f8 &&
         fp8_experts_gemv({.x = act, .x_slot = I, .x_div = 1, .ids = a.ids, .slots = slots,
-                          .w = {e.down, nullptr}, .y = {d, nullptr}, .count = 1,
-                          .expert_stride = e.expert_stride(2),
-                          .scale_offset = expert_record(f8, H, I).scale_offset, .rows = H,
-                          .cols = I, .y_slot = H, .x_up = up, .ids_early = true}))) {
+                          .w = {e.down, nullptr}, .y = {d, nullptr}, .count = 1, .dtype = f8,
+                          .rows = H, .cols = I, .y_slot = H, .expert_stride = e.expert_stride(2),
+                          .x_up = up, .scale_offset = expert_record(f8, H, I).scale_offset,
+                          .ids_early = true}))) {
     silu_mul(act, up, slots * I, act);
     matrix_gemv(e, 2, act, I, 1, a.ids, slots, d);
   }

@@ -323,14 +323,15 @@ bool launch_fp8(const QParams& q, int64_t nt) {
 }  // namespace ft::cuda::qgemv
 
 namespace ft::cuda {
-bool fp8_experts_gemv(const Fp8ExpertsGemv& a) {
+bool fp8_experts_gemv(const QuantExpertGemv& a) {
   using namespace qgemv;
   if (a.slots == 0) return true;
   if (a.cols % 16 != 0 || reinterpret_cast<uintptr_t>(a.x) % 16 != 0 || a.x_slot % 4 != 0 ||
       a.expert_stride % 16 != 0 ||
       a.scale_offset % 4 != 0)
     return false;
-  if (a.count < 1 || a.count > 2 || (a.x_up && reinterpret_cast<uintptr_t>(a.x_up) % 16 != 0))
+  if (a.dtype != DType::F8_E4M3_B128 || a.count < 1 || a.count > 2 ||
+      (a.x_up && reinterpret_cast<uintptr_t>(a.x_up) % 16 != 0))
     return false;
   Fp8Params p{.x = a.x, .ldx = a.cols, .cols = a.cols, .n = 1, .count = a.count};
   p.tiles = static_cast<int>((a.cols + k_tile - 1) / k_tile);
