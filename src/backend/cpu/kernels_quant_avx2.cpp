@@ -3,6 +3,9 @@
 // Compiled with -mavx2 -mfma -mf16c; selected only when the CPU has them.
 #include <immintrin.h>
 
+#include <type_traits>
+
+#include "backend/cpu/quant_fp4_avx2.h"
 #include "backend/cpu/quant_fp8_avx2.h"
 #include "backend/cpu/quant_fused.h"
 #include "backend/cpu/quant_simd.h"
@@ -27,6 +30,11 @@ struct Avx2Q : qsimd::Ymm<Avx2Q> {
   static bool gemm_small(const QActs& x, int64_t n, int64_t k, const uint8_t* w, size_t row_bytes,
                          int64_t r0, int64_t r1, float post, float* y, int64_t ldy) {
     if (n > 4) return false;
+    if constexpr (std::is_same_v<F, quant::NVFP4>)
+      if (n == 1) {  // dedicated one-token kernel (quant_fp4_avx2.h)
+        fp4avx2::gemv_nvfp4(x, k, w, row_bytes, r0, r1, post, y);
+        return true;
+      }
     qsimd::gemm_fused<Avx2Q, F>(x, n, k, w, row_bytes, r0, r1, post, y, ldy);
     return true;
   }
