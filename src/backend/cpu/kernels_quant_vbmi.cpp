@@ -215,28 +215,6 @@ inline void nvfp4_rows(const uint8_t* const* w, int64_t nsb, const QActs& x, flo
                       12.f * _mm512_reduce_add_ps(accm[r]));
 }
 
-// The blocks past the last whole super-block, through decode() like the scalar table.
-template <class F>
-float block_tail(const uint8_t* row, int64_t k, const QActs& x) {
-  constexpr int be = F::kElems, per_sb = 256 / be;
-  const int64_t nsb = k / 256;
-  const auto* blk = reinterpret_cast<const typename F::Block*>(row) + per_sb * nsb;
-  float acc = 0.f;
-  for (int64_t b = 0; b < (k - 256 * nsb) / be; ++b) {
-    uint8_t u[be];
-    float d[be / 16], m[be / 16];
-    F::decode(blk[b], u, d, m);
-    for (int j = 0; j < be / 16; ++j) {
-      const int64_t g = (256 * nsb + be * b) / 16 + j;
-      int32_t s = 0;
-      for (int i = 0; i < 16; ++i)
-        s += static_cast<int32_t>(quant::code<F>(u[16 * j + i])) * x.q[16 * g + i];
-      acc += d[j] * x.d[g] * static_cast<float>(s) + m[j] * x.s[g];
-    }
-  }
-  return acc;
-}
-
 // ---- MXFP4 -------------------------------------------------------------------------------------
 // A super-block is 8 blocks of 17 bytes (e8m0 scale, then 16 code bytes: element i in the low
 // nibble of byte i, element 16 + i in the high one). Half h (blocks 4h .. 4h + 3) is gathered by

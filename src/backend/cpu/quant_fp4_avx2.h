@@ -154,28 +154,6 @@ inline void nvfp4_rows(const uint8_t* const* rows, int64_t nsb, const Acts& a,
   for (int j = 0; j < NR; ++j) out[j] = qsimd::hsum(acc[j]);
 }
 
-// The blocks past the last whole super-block, through decode() like the scalar table.
-template <class F>
-float block_tail(const uint8_t* row, int64_t k, const QActs& x) {
-  constexpr int be = F::kElems;
-  const int64_t nsb = k / 256;
-  const auto* blk = reinterpret_cast<const typename F::Block*>(row) + 256 / be * nsb;
-  float acc = 0.f;
-  for (int64_t b = 0; b < (k - 256 * nsb) / be; ++b) {
-    uint8_t u[be];
-    float d[be / 16], m[be / 16];
-    F::decode(blk[b], u, d, m);
-    for (int j = 0; j < be / 16; ++j) {
-      const int64_t g = (256 * nsb + be * b) / 16 + j;
-      int32_t s = 0;
-      for (int i = 0; i < 16; ++i)
-        s += static_cast<int32_t>(quant::code<F>(u[16 * j + i])) * x.q[16 * g + i];
-      acc += d[j] * x.d[g] * static_cast<float>(s) + m[j] * x.s[g];
-    }
-  }
-  return acc;
-}
-
 // y[r] = post * dot(x, NVFP4 row r), r in [r0, r1): k_rows rows side by side (row_streams).
 inline void gemv_nvfp4(const QActs& x, int64_t k, const uint8_t* w, size_t row_bytes, int64_t r0,
                        int64_t r1, float post, float* y) {

@@ -14,6 +14,7 @@
 #include <type_traits>
 
 #include "backend/cpu/quant_kernels.h"
+#include "quant/formats.h"
 
 namespace ft::cpu {
 
@@ -43,6 +44,31 @@ void gemv_q6k_512(const QActs& x, int64_t k, const uint8_t* w, size_t row_bytes,
 
 
 // ---- shared by the kernel files (each instantiates these under its own target pragma)
+
+// The blocks past the last whole super-block (k % 256 elements), through decode() like the
+// scalar table. static: each kernel file keeps its own copy, compiled for its instruction set
+// (an inline template would be one symbol across the files, and the linker could keep the
+// AVX-512 copy for the AVX2 table).
+template <class F>
+static float block_tail(const uint8_t* row, int64_t k, const QActs& x) {
+  constexpr int be = F::kElems;
+  const int64_t nsb = k / 256;
+  const auto* blk = reinterpret_cast<const typename F::Block*>(row) + 256 / be * nsb;
+  float acc = 0.f;
+  for (int64_t b = 0; b < (k - 256 * nsb) / be; ++b) {
+    uint8_t u[be];
+    float d[be / 16], m[be / 16];
+    F::decode(blk[b], u, d, m);
+    for (int j = 0; j < be / 16; ++j) {
+      const int64_t g = (256 * nsb + be * b) / 16 + j;
+      int32_t s = 0;
+      for (int i = 0; i < 16; ++i)
+        s += static_cast<int32_t>(quant::code<F>(u[16 * j + i])) * x.q[16 * g + i];
+      acc += d[j] * x.d[g] * static_cast<float>(s) + m[j] * x.s[g];
+    }
+  }
+  return acc;
+}
 
 // Distance in bytes ahead of the current block that each row stream prefetches (as quant_fused.h).
 constexpr int k_ahead_512 = 4096;
