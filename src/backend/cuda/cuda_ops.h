@@ -392,7 +392,6 @@ void quant_gemv_multi(const float* x, int64_t n, const GemvOut* outs, int count)
 // false: every quantized GEMV takes the f32-activation kernel (the reference path, FP8 included;
 // tests and A/B benches). Default on unless FT_CUDA_QGEMV=f32.
 void set_quant_gemv_int8(bool on);
-bool quant_gemv_int8();  // the current setting
 // Decode experts: for every slot s < slots, y[m] + s * y_slot = (x + (s / x_div) * x_slot)
 // W_m[ids[s]]^T for count (1 or 2) stacked matrices w[m] [E, rows, cols]; ids (device) < 0
 // writes zeros. Formats without per-expert scales (not NVFP4 / FP8).
@@ -419,7 +418,8 @@ struct QuantExpertGemv {
 void quant_experts_gemv(const QuantExpertGemv& a);
 // The same for FP8 128x128 records (rows, then scale_inv at scale_offset; dtype
 // F8_E4M3_B128, count 1 or 2 of one shape and stride) on the tensor-core FP8 GEMV
-// (quant_gemv_fp8.cu); false (nothing launched) when the shape or alignment does not suit it.
+// (quant_gemv_fp8.cu); false (nothing launched) when the shape or alignment does not suit it or
+// the f32 reference kernels are selected (set_quant_gemv_int8): the caller runs its own.
 bool fp8_experts_gemv(const QuantExpertGemv& a);
 // Prefill GEMM on tensor cores: panels of W dequantized to bf16 hi + lo parts in the Blas
 // scratch, x split likewise, three cuBLAS bf16 GEMMs (fp32 accumulation, ~2^-16 relative).

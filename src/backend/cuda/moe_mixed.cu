@@ -2,9 +2,10 @@
 // a slot pool sized for the largest layer) or carry per-expert scales (FP8 128x128, NVFP4). Per
 // matrix: block formats without external scales go through quant_experts_gemv (with the
 // stride), FP8 through the tensor-core fp8_experts_gemv (quant_gemv_fp8.cu); NVFP4 / float
-// matrices (and FP8 with the f32 reference kernels selected) through experts_gemv_kernel below, a warp per (slot, row)
-// reading the expert's scales from its record (cuda_ops.h ExpertRecord). Then silu * up and the
-// weighted combine in top-k order, all on the device (graph-capturable).
+// matrices (and FP8 with the f32 reference kernels selected) through experts_gemv_kernel
+// below, a warp per (slot, row) reading the expert's scales from its record (cuda_ops.h
+// ExpertRecord). Then silu * up and the weighted combine in top-k order, all on the device
+// (graph-capturable).
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/quant_device.cuh"
@@ -112,7 +113,7 @@ void matrix_gemv(const DeviceExperts& e, int m, const float* x, int64_t x_slot, 
                         .expert_stride = e.expert_stride(m)});
     return;
   }
-  if (t == DType::F8_E4M3_B128 && quant_gemv_int8() &&
+  if (t == DType::F8_E4M3_B128 &&
       fp8_experts_gemv({.x = x, .x_slot = x_slot, .x_div = x_div, .ids = ids, .slots = slots,
                         .w = {e.matrix(m), nullptr}, .y = {y, nullptr}, .count = 1,
                         .dtype = DType::F8_E4M3_B128, .rows = rows, .cols = cols, .y_slot = rows,
@@ -152,13 +153,12 @@ void moe_decode_mixed(const DeviceExperts& e, const MoeArgs& a, MoeWorkspace& ws
   float *act = ws.act.as<float>(), *up = ws.up.as<float>(), *d = ws.down.as<float>();
   const DType tg = e.type(0);
   constexpr DType f8 = DType::F8_E4M3_B128;
-  const bool fp8 = quant_gemv_int8();  // FP8 on tensor cores (else the f32 reference kernels)
   if (tg == e.type(1) && dtype_is_quant(tg) && !external_scales(tg) &&
       e.expert_stride(0) == e.expert_stride(1)) {  // gate and up in one launch
     quant_experts_gemv({.x = a.x, .x_slot = H, .x_div = k, .ids = a.ids, .slots = slots,
                         .w = {e.gate, e.up}, .y = {act, up}, .count = 2, .dtype = tg, .rows = I,
                         .cols = H, .y_slot = I, .expert_stride = e.expert_stride(0)});
-  } else if (!(fp8 && tg == f8 && e.type(1) == f8 && e.expert_stride(0) == e.expert_stride(1) &&
+  } else if (!(tg == f8 && e.type(1) == f8 && e.expert_stride(0) == e.expert_stride(1) &&
                fp8_experts_gemv({.x = a.x, .x_slot = H, .x_div = k, .ids = a.ids, .slots = slots,
                                  .w = {e.gate, e.up}, .y = {act, up}, .count = 2, .dtype = f8,
                                  .rows = I, .cols = H, .y_slot = I,
@@ -168,7 +168,7 @@ void moe_decode_mixed(const DeviceExperts& e, const MoeArgs& a, MoeWorkspace& ws
     matrix_gemv(e, 1, a.x, H, k, a.ids, slots, up);
   }
   // FP8 down: silu(gate) * up fused into its input staging
-  if (!(fp8 && e.type(2) == f8 &&
+  if (!(e.type(2) == f8 &&
         fp8_experts_gemv({.x = act, .x_slot = I, .x_div = 1, .ids = a.ids, .slots = slots,
                           .w = {e.down, nullptr}, .y = {d, nullptr}, .count = 1, .dtype = f8,
                           .rows = H, .cols = I, .y_slot = H, .expert_stride = e.expert_stride(2),

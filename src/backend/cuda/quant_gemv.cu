@@ -216,6 +216,19 @@ void quant_gemv_multi(const float* x, int64_t n, const GemvOut* outs, int count)
   launch_format(dt, p, n, 0);
 }
 
+// The experts form's launch parameters (no checks: each caller checks what its kernel needs).
+static qgemv::QParams experts_params(const QuantExpertGemv& a) {
+  const size_t rb = dtype_row_bytes(a.dtype, a.cols);
+  qgemv::QParams p{.x = a.x, .ldx = a.cols, .cols = a.cols, .row_bytes = rb, .count = a.count};
+  for (int m = 0; m < a.count; ++m) {
+    p.w[m] = static_cast<const uint8_t*>(a.w[m]), p.y[m] = a.y[m], p.rows[m] = a.rows;
+    p.gscale[m] = 1.f;
+  }
+  p.ids = a.ids, p.expert_bytes = a.expert_stride ? a.expert_stride : a.rows * rb;
+  p.x_div = a.x_div, p.x_slot = a.x_slot, p.y_slot = a.y_slot, p.x_up = a.x_up;
+  return p;
+}
+
 void quant_experts_gemv(const QuantExpertGemv& a) {
   FT_CHECK(a.count >= 1 && a.count <= 2 && a.slots >= 0 && a.rows > 0 && a.ids && a.x &&
                a.x_div > 0,
@@ -226,18 +239,18 @@ void quant_experts_gemv(const QuantExpertGemv& a) {
            "quant_experts_gemv: {} experts need per-expert scales (not supported)",
            dtype_name(a.dtype));
   FT_CHECK(a.x_slot % 4 == 0, "quant_experts_gemv: activation rows not 16-byte aligned");
-  const size_t rb = dtype_row_bytes(a.dtype, a.cols);
-  QParams p{.x = a.x, .ldx = a.cols, .cols = a.cols, .row_bytes = rb, .count = a.count};
-  for (int m = 0; m < a.count; ++m) {
+  for (int m = 0; m < a.count; ++m)
     FT_CHECK(a.w[m] && a.y[m], "quant_experts_gemv: matrix {} missing", m);
-    p.w[m] = static_cast<const uint8_t*>(a.w[m]), p.y[m] = a.y[m], p.rows[m] = a.rows;
-    p.gscale[m] = 1.f;
-  }
-  p.ids = a.ids, p.expert_bytes = a.expert_stride ? a.expert_stride : a.rows * rb, p.x_div = a.x_div, p.x_slot = a.x_slot;
-  p.y_slot = a.y_slot, p.x_up = a.x_up;
   FT_CHECK(!a.x_up || reinterpret_cast<uintptr_t>(a.x_up) % 16 == 0,
            "quant_experts_gemv: x_up not 16-byte aligned");
+  qgemv::QParams p = experts_params(a);
   launch_format(a.dtype, p, 1, a.slots);
+}
+
+bool fp8_experts_gemv(const QuantExpertGemv& a) {
+  if (a.dtype != DType::F8_E4M3_B128 || a.count < 1 || a.count > 2) return false;
+  if (a.slots == 0) return true;
+  return qgemv::launch_fp8(experts_params(a), 1, a.slots, a.scale_offset, a.ids_early);
 }
 
 }  // namespace ft::cuda

@@ -80,8 +80,15 @@ bool launch_stream(DType dt, QParams& p, int64_t slots);
 // False: nothing launched, the caller runs the f32 kernel.
 bool launch_q8(DType dt, QParams& p, int64_t nt, int64_t slots);
 
-// The FP8 tensor-core GEMV (quant_gemv_fp8.cu) for nt <= 4 tokens of plain matrices (launch_q8
-// sends FP8 there); false when the shape or alignment does not suit it: nothing launched.
-bool launch_fp8(const QParams& p, int64_t nt);
+// Whether the fast kernels (int8 activations; FP8 on tensor cores) are on: set_quant_gemv_int8.
+bool fast_on();
+
+// The FP8 tensor-core GEMV (quant_gemv_fp8.cu) for nt <= 4 tokens of plain matrices (slots 0:
+// launch_q8 sends FP8 there) or the experts form over slots FP8 records (fp8_experts_gemv; their
+// scale tiles scale_offset bytes into each record, ids_early: see QuantExpertGemv). false when
+// the f32 kernels are selected (set_quant_gemv_int8) or the shape or alignment does not suit
+// it: nothing launched.
+bool launch_fp8(const QParams& p, int64_t nt, int64_t slots = 0, size_t scale_offset = 0,
+                bool ids_early = false);
 
 }  // namespace ft::cuda::qgemv

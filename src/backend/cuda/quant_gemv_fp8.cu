@@ -38,29 +38,17 @@ constexpr int k_tile = 128;          // columns per scale tile
 constexpr int k_max_tok = 4;         // tokens per launch (B columns used)
 constexpr size_t k_fp8_smem_max = 200 * 1024;
 
+// The launch's QParams (plain matrices, or the experts form: ids, expert_bytes, x_div, x_slot,
+// y_slot, x_up) and what this kernel adds.
 struct Fp8Params {
-  const float* x;
-  int64_t ldx, cols;
-  int n, count;
+  QParams q;
+  int n;               // tokens
   int tiles;           // ceil(cols / 128)
   int split;           // S: warps per strip
   int tiles_per_warp;  // ceil(tiles / S): the same for every warp of a group (barriers line up)
-  const uint8_t* w[k_gemv_multi];
-  float* y[k_gemv_multi];
-  const float* bias[k_gemv_multi];
-  const float* scale_inv[k_gemv_multi];
-  bool accumulate[k_gemv_multi];
-  int64_t rows[k_gemv_multi];
   int64_t strip0[k_gemv_multi + 1];  // first strip of each matrix
-  // Experts form (ids != nullptr, one token per slot = blockIdx.y): matrix m of expert ids[s]
-  // is the record at w[m] + ids[s] * expert_stride, its scale_inv scale_offset bytes into it;
-  // input x + (s / x_div) * x_slot, output y[m] + s * y_slot; ids[s] < 0 writes 0.
-  const int32_t* ids = nullptr;
-  const float* x_up = nullptr;  // non-null: the input is silu(x) * x_up (strides as x)
-  size_t expert_stride = 0, scale_offset = 0;
-  int x_div = 1;
-  int64_t x_slot = 0, y_slot = 0;
-  bool ids_early = false;  // ids may be read before the PDL wait (see Fp8ExpertsGemv)
+  size_t scale_offset;  // experts form: the scale tiles' offset in each expert's record
+  bool ids_early;       // experts form: ids may be read before the PDL wait (QuantExpertGemv)
 };
 
 // Two e4m3 (the low 16 bits of v) -> f16x2, exactly (one cvt on sm_89+).
@@ -102,7 +90,7 @@ __global__ void __launch_bounds__(k_fthreads, 3) fp8_mma_kernel(const __grid_con
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int S = p.split, ipw = p.tiles_per_warp, sub = warp % S;
   // This warp's group takes strips grp, grp + ngrp, ...; items: its tiles of each.
-  const int64_t nstrips = p.strip0[p.count];
+  const int64_t nstrips = p.strip0[p.q.count];
   const int64_t ngrp = int64_t{gridDim.x} * (k_fwarps / S), grp = int64_t{blockIdx.x} * (k_fwarps / S) + warp / S;
   const int64_t items = grp < nstrips ? ((nstrips - 1 - grp) / ngrp + 1) * ipw : 0;
 
@@ -112,7 +100,7 @@ __global__ void __launch_bounds__(k_fthreads, 3) fp8_mma_kernel(const __grid_con
     int m, k;
   };
   auto locate = [&](Cur& c) {
-    while (c.m + 1 < p.count && c.s >= p.strip0[c.m + 1]) ++c.m;
+    while (c.m + 1 < p.q.count && c.s >= p.strip0[c.m + 1]) ++c.m;
     c.row0 = (c.s - p.strip0[c.m]) * 16;
   };
   auto advance = [&](Cur& c) {
@@ -124,9 +112,9 @@ __global__ void __launch_bounds__(k_fthreads, 3) fp8_mma_kernel(const __grid_con
   // below).
   size_t eoff = 0;
   int64_t yoff = 0;
-  const float* x = p.x;
-  const float* xu = p.x_up;
-  auto wmat = [&](int m) { return p.w[m] + eoff; };
+  const float* x = p.q.x;
+  const float* xu = p.q.x_up;
+  auto wmat = [&](int m) { return p.q.w[m] + eoff; };
   // A stage holds chunk c (16 bytes) of lane l at (32 c + l) * 16: each copy and each read-back
   // of the warp is 512 contiguous bytes (no bank conflicts).
   const uint32_t slot0 = static_cast<uint32_t>(__cvta_generic_to_shared(ring + warp * k_warp_ring)) +
@@ -137,15 +125,15 @@ __global__ void __launch_bounds__(k_fthreads, 3) fp8_mma_kernel(const __grid_con
     if (issued < items) {
       const int tile = sub + S * ld.k;
       const int64_t row = ld.row0 + g, col = int64_t{tile} * k_tile + 16 * t;
-      const uint8_t* src = wmat(ld.m) + row * p.cols + col;
+      const uint8_t* src = wmat(ld.m) + row * p.q.cols + col;
       const uint32_t dst = slot0 + ist * 32 * k_lane_bytes;
 #pragma unroll
       for (int h = 0; h < 2; ++h) {  // row g, then g + 8
-        const bool rok = tile < p.tiles && row + 8 * h < p.rows[ld.m];
+        const bool rok = tile < p.tiles && row + 8 * h < p.q.rows[ld.m];
 #pragma unroll
         for (int v = 0; v < 2; ++v) {  // cols % 16 == 0: whole vectors in or out
-          const bool ok = rok && col + 64 * v < p.cols;
-          cp_async16(dst + (2 * h + v) * 512, ok ? src + 8 * h * p.cols + 64 * v : p.w[0], ok ? 16 : 0);
+          const bool ok = rok && col + 64 * v < p.q.cols;
+          cp_async16(dst + (2 * h + v) * 512, ok ? src + 8 * h * p.q.cols + 64 * v : p.q.w[0], ok ? 16 : 0);
         }
       }
       ist = ist + 1 == k_stages ? 0 : ist + 1;
@@ -155,26 +143,26 @@ __global__ void __launch_bounds__(k_fthreads, 3) fp8_mma_kernel(const __grid_con
     cp_async_commit();
   };
   // Weights are immutable: in flight before the wait, and the expert's too when its id is.
-  const int64_t slot = blockIdx.y, e_early = p.ids && p.ids_early ? p.ids[slot] : -1;
-  if (e_early >= 0) eoff = static_cast<size_t>(e_early) * p.expert_stride;
-  if (!p.ids || e_early >= 0)
+  const int64_t slot = blockIdx.y, e_early = p.q.ids && p.ids_early ? p.q.ids[slot] : -1;
+  if (e_early >= 0) eoff = static_cast<size_t>(e_early) * p.q.expert_bytes;
+  if (!p.q.ids || e_early >= 0)
     for (int k = 0; k < k_stages - 1; ++k) issue();
   pdl_wait();
   pdl_trigger();
-  if (p.ids) {
-    const int64_t e = p.ids_early ? e_early : p.ids[slot];
-    yoff = slot * p.y_slot;
+  if (p.q.ids) {
+    const int64_t e = p.ids_early ? e_early : p.q.ids[slot];
+    yoff = slot * p.q.y_slot;
     if (e < 0) {  // computed elsewhere: contributes nothing
       for (Cur z{grp, 0, 0, 0}; z.s < nstrips; z.s += ngrp) {
         locate(z);
-        if (sub == 0 && lane < 16 && z.row0 + lane < p.rows[z.m]) p.y[z.m][yoff + z.row0 + lane] = 0.f;
+        if (sub == 0 && lane < 16 && z.row0 + lane < p.q.rows[z.m]) p.q.y[z.m][yoff + z.row0 + lane] = 0.f;
       }
       return;
     }
-    x += (slot / p.x_div) * p.x_slot;
-    if (xu) xu += (slot / p.x_div) * p.x_slot;
+    x += (slot / p.q.x_div) * p.q.x_slot;
+    if (xu) xu += (slot / p.q.x_div) * p.q.x_slot;
     if (!p.ids_early) {
-      eoff = static_cast<size_t>(e) * p.expert_stride;
+      eoff = static_cast<size_t>(e) * p.q.expert_bytes;
       for (int k = 0; k < k_stages - 1; ++k) issue();
     }
   }
@@ -185,9 +173,9 @@ __global__ void __launch_bounds__(k_fthreads, 3) fp8_mma_kernel(const __grid_con
     const int tok = j / p.tiles, b = j - tok * p.tiles;
     const int64_t c = int64_t{b} * k_tile + 4 * lane;
     float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-    if (c < p.cols) {
-      v = __ldg(reinterpret_cast<const float4*>(x + tok * p.ldx + c));
-      if (xu) v = silu_mul4(v, __ldg(reinterpret_cast<const float4*>(xu + tok * p.ldx + c)));
+    if (c < p.q.cols) {
+      v = __ldg(reinterpret_cast<const float4*>(x + tok * p.q.ldx + c));
+      if (xu) v = silu_mul4(v, __ldg(reinterpret_cast<const float4*>(xu + tok * p.q.ldx + c)));
     }
     float a = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
 #pragma unroll
@@ -241,7 +229,7 @@ __global__ void __launch_bounds__(k_fthreads, 3) fp8_mma_kernel(const __grid_con
                    e4m3x2_h2(wh[j] >> 16), jj ? b.z : b.x, jj ? b.w : b.y);
         }
       }
-      const float* sm = p.ids ? reinterpret_cast<const float*>(wmat(cp.m) + p.scale_offset) : p.scale_inv[cp.m];
+      const float* sm = p.q.ids ? reinterpret_cast<const float*>(wmat(cp.m) + p.scale_offset) : p.q.scale_inv[cp.m];
       const float sc = __ldg(sm + (cp.row0 / 128) * p.tiles + tile);
       const float f0 = live0 ? sc * xf0[tile] : 0.f, f1 = live1 ? sc * xf1[tile] : 0.f;
       acc[0] = fmaf(f0, d[0], acc[0]), acc[1] = fmaf(f1, d[1], acc[1]);
@@ -250,10 +238,10 @@ __global__ void __launch_bounds__(k_fthreads, 3) fp8_mma_kernel(const __grid_con
     if (cp.k == ipw - 1) {  // the strip's last tile for this warp: its rows are done
       const int m = cp.m;
       auto put = [&](int64_t row, int tok, float v) {
-        if (row >= p.rows[m]) return;
-        if (p.bias[m]) v += p.bias[m][row];
-        float* o = p.y[m] + yoff + tok * p.rows[m] + row;
-        *o = p.accumulate[m] ? *o + v : v;
+        if (row >= p.q.rows[m]) return;
+        if (p.q.bias[m]) v += p.q.bias[m][row];
+        float* o = p.q.y[m] + yoff + tok * p.q.rows[m] + row;
+        *o = p.q.accumulate[m] ? *o + v : v;
       };
       if (S == 1) {
         if (live0) put(cp.row0 + g, 2 * t, acc[0]), put(cp.row0 + g + 8, 2 * t, acc[2]);
@@ -291,7 +279,7 @@ bool launch(Fp8Params& p, int64_t slots) {
   const int64_t resident =
       resident_blocks(reinterpret_cast<const void*>(fp8_mma_kernel), k_fthreads, dyn);
   // S: the fewest warps per strip that still give every resident warp a strip (up to 8).
-  const int64_t strips = p.strip0[p.count], warps = resident * k_fwarps;
+  const int64_t strips = p.strip0[p.q.count], warps = resident * k_fwarps;
   p.split = 1;
   while (p.split < k_fwarps && strips * slots * p.split < warps) p.split *= 2;
   p.tiles_per_warp = (p.tiles + p.split - 1) / p.split;
@@ -304,46 +292,24 @@ bool launch(Fp8Params& p, int64_t slots) {
 }
 }  // namespace
 
-bool launch_fp8(const QParams& q, int64_t nt) {
-  if (nt < 1 || nt > k_max_tok || q.cols % 16 != 0 || q.x_up || q.ids) return false;
-  Fp8Params p{.x = q.x, .ldx = q.ldx, .cols = q.cols, .n = static_cast<int>(nt), .count = q.count};
-  p.tiles = static_cast<int>((q.cols + k_tile - 1) / k_tile);
-  p.strip0[0] = 0;
+bool launch_fp8(const QParams& q, int64_t nt, int64_t slots, size_t scale_offset, bool ids_early) {
+  // 16-byte loads of the weights (every row: cols % 16 == 0) and of the activations
+  const auto al16 = [](const void* v) { return reinterpret_cast<uintptr_t>(v) % 16 == 0; };
+  if (!fast_on() || nt < 1 || nt > k_max_tok || q.cols % 16 != 0 || !al16(q.x) || q.ldx % 4 != 0)
+    return false;
+  if (q.ids ? nt != 1 || q.x_slot % 4 != 0 || q.expert_bytes % 16 != 0 || scale_offset % 4 != 0 ||
+                  (q.x_up && !al16(q.x_up))
+            : q.x_up != nullptr)
+    return false;
+  Fp8Params p{.q = q, .n = static_cast<int>(nt),
+              .tiles = static_cast<int>((q.cols + k_tile - 1) / k_tile), .split = 1,
+              .tiles_per_warp = 1, .strip0 = {0}, .scale_offset = scale_offset,
+              .ids_early = ids_early};
   for (int m = 0; m < q.count; ++m) {
-    // 16-byte loads from every row: the rows and the matrix must be 16-byte aligned
-    if (reinterpret_cast<uintptr_t>(q.w[m]) % 16 != 0) return false;
-    p.w[m] = q.w[m], p.y[m] = q.y[m], p.bias[m] = q.bias[m], p.scale_inv[m] = q.scale_inv[m];
-    p.accumulate[m] = q.accumulate[m], p.rows[m] = q.rows[m];
+    if (!al16(q.w[m])) return false;
     p.strip0[m + 1] = p.strip0[m] + (q.rows[m] + 15) / 16;
   }
-  if (reinterpret_cast<uintptr_t>(q.x) % 16 != 0 || q.ldx % 4 != 0) return false;
-  return launch(p, 1);
+  return launch(p, q.ids ? slots : 1);
 }
 
 }  // namespace ft::cuda::qgemv
-
-namespace ft::cuda {
-bool fp8_experts_gemv(const QuantExpertGemv& a) {
-  using namespace qgemv;
-  if (a.slots == 0) return true;
-  if (a.cols % 16 != 0 || reinterpret_cast<uintptr_t>(a.x) % 16 != 0 || a.x_slot % 4 != 0 ||
-      a.expert_stride % 16 != 0 ||
-      a.scale_offset % 4 != 0)
-    return false;
-  if (a.dtype != DType::F8_E4M3_B128 || a.count < 1 || a.count > 2 ||
-      (a.x_up && reinterpret_cast<uintptr_t>(a.x_up) % 16 != 0))
-    return false;
-  Fp8Params p{.x = a.x, .ldx = a.cols, .cols = a.cols, .n = 1, .count = a.count};
-  p.tiles = static_cast<int>((a.cols + k_tile - 1) / k_tile);
-  p.strip0[0] = 0;
-  for (int m = 0; m < a.count; ++m) {
-    if (reinterpret_cast<uintptr_t>(a.w[m]) % 16 != 0) return false;
-    p.w[m] = static_cast<const uint8_t*>(a.w[m]), p.y[m] = a.y[m], p.rows[m] = a.rows;
-    p.strip0[m + 1] = p.strip0[m] + (a.rows + 15) / 16;
-  }
-  p.ids = a.ids, p.expert_stride = a.expert_stride, p.scale_offset = a.scale_offset;
-  p.x_up = a.x_up, p.ids_early = a.ids_early;
-  p.x_div = a.x_div, p.x_slot = a.x_slot, p.y_slot = a.y_slot;
-  return launch(p, a.slots);
-}
-}  // namespace ft::cuda

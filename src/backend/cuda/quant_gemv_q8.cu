@@ -251,11 +251,12 @@ bool stream_on() {
 
 }  // namespace
 
+bool fast_on() { return q8_state().load() != 0; }
+
 bool launch_q8(DType dt, QParams& p, int64_t nt, int64_t slots) {
   const size_t dyn = act_smem(nt, p.cols);
-  if (!q8_state().load()) return false;
   if (dt == DType::F8_E4M3_B128) return slots == 0 && launch_fp8(p, nt);  // f16 activations
-  if (dyn > k_max_dyn_smem) return false;
+  if (!q8_state().load() || dyn > k_max_dyn_smem) return false;
   bool launched = false;
   dispatch_quant(dt, [&](auto f) {
     using F = decltype(f);
@@ -292,5 +293,4 @@ bool launch_q8(DType dt, QParams& p, int64_t nt, int64_t slots) {
 
 namespace ft::cuda {
 void set_quant_gemv_int8(bool on) { qgemv::q8_state().store(on ? 1 : 0); }
-bool quant_gemv_int8() { return qgemv::q8_state().load() != 0; }
 }  // namespace ft::cuda
