@@ -14,8 +14,8 @@
 //    spreading, just one vector of 8 block scales in the same lane order;
 //  - the offset (codes are 2 e2m1 + 12) is removed in integers: 12 sum(q) per block is
 //    precomputed, which also drops the generic path's per-group m * s term;
-//  - the 16 scale bytes: byte i of the qword at p + 8i is the byte at p + 9i, so two loads, an
-//    and with a per-qword byte mask and an or-reduction give 8 of them.
+//  - the 16 scale bytes come from masked qword loads (unpack_detail::nvfp4_scale_bytes, which
+//    the generic path shares).
 #pragma once
 #include <immintrin.h>
 
@@ -46,28 +46,8 @@ inline __m256i codes4(const uint8_t* b) {
 
 // The 16 e4m3 scale bytes of a super-block, in k_order within each half of 8.
 inline __m128i scale_bytes(const uint8_t* p) {
-  const __m256i m_lo = _mm256_setr_epi64x(0xff, 0xff00, 0xff0000, 0xff000000);
-  const __m256i m_hi = _mm256_slli_epi64(m_lo, 32);
-  const __m256i a = _mm256_or_si256(_mm256_and_si256(load32(p), m_lo),
-                                    _mm256_and_si256(load32(p + 32), m_hi));  // blocks 0-7
-  const __m256i b = _mm256_or_si256(_mm256_and_si256(load32(p + 72), m_lo),
-                                    _mm256_and_si256(load32(p + 104), m_hi));  // blocks 8-15
-  const __m256i z = _mm256_or_si256(_mm256_unpacklo_epi64(a, b), _mm256_unpackhi_epi64(a, b));
-  const __m128i s = _mm_or_si128(_mm256_castsi256_si128(z), _mm256_extracti128_si256(z, 1));
-  return _mm_shuffle_epi8(s, _mm_setr_epi8(0, 1, 4, 5, 2, 3, 6, 7, 8, 9, 12, 13, 10, 11, 14, 15));
-}
-
-// e4m3 / 256 as fp16 words, exactly (as Unpack<NVFP4>::scales): the sign-extended byte << 7
-// puts the magnitude at bits 7..13 and the sign in bits 15 and 14; clearing bit 14 leaves the
-// fp16. Magnitude 0x7f (NaN) is the only one that carries into bit 14 when 0x80 is added:
-// or-ing that bit in makes the exponent all ones, a NaN.
-inline void scales16(__m128i s, __m256* lo, __m256* hi) {
-  const __m256i t = _mm256_and_si256(_mm256_slli_epi16(_mm256_cvtepi8_epi16(s), 7),
-                                     _mm256_set1_epi16(static_cast<int16_t>(0xbfff)));
-  const __m256i h = _mm256_or_si256(
-      t, _mm256_and_si256(_mm256_add_epi16(t, _mm256_set1_epi16(0x80)), _mm256_set1_epi16(0x4000)));
-  *lo = _mm256_cvtph_ps(_mm256_castsi256_si128(h));
-  *hi = _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1));
+  return _mm_shuffle_epi8(qsimd::unpack_detail::nvfp4_scale_bytes(p),
+                          _mm_setr_epi8(0, 1, 4, 5, 2, 3, 6, 7, 8, 9, 12, 13, 10, 11, 14, 15));
 }
 
 // Activations of whole super-blocks in the kernel's order: per 8 blocks, four 32-byte vectors
@@ -145,7 +125,7 @@ inline void nvfp4_rows(const uint8_t* const* rows, int64_t nsb, const Acts& a,
         for (int o = 0; o < 144; o += 64)
           _mm_prefetch(reinterpret_cast<const char*>(p) + k_ahead + o, _MM_HINT_T0);
       __m256 ws0, ws1;
-      scales16(scale_bytes(p), &ws0, &ws1);
+      qsimd::unpack_detail::e4m3x16_over_256(scale_bytes(p), &ws0, &ws1);
       acc[j] = half_dot(p, q, q12, _mm256_mul_ps(ws0, _mm256_loadu_ps(dx)), acc[j]);
       acc[j] = half_dot(p + 72, q + 128, q12 + 8, _mm256_mul_ps(ws1, _mm256_loadu_ps(dx + 8)),
                         acc[j]);

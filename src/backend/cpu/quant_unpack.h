@@ -82,6 +82,34 @@ inline void bytes16_ps(__m128i b, bool is_signed, float f0, float f1, __m256* ou
   out[0] = _mm256_mul_ps(_mm256_cvtepi32_ps(lo), _mm256_set1_ps(f0));
   out[1] = _mm256_mul_ps(_mm256_cvtepi32_ps(hi), _mm256_set1_ps(f1));
 }
+// The scale bytes of an NVFP4 super-block (16 blocks of 9 bytes, the scale first), in order:
+// byte i of the qword at p + 8i is the byte at p + 9i, so four loads, an and with a per-qword
+// byte mask and an or-reduction (no per-byte inserts). Reads p .. p + 135.
+inline __m128i nvfp4_scale_bytes(const uint8_t* p) {
+  static_assert(sizeof(quant::BlockNVFP4) == 9, "9-byte NVFP4 blocks");
+  const __m256i m_lo = _mm256_setr_epi64x(0xff, 0xff00, 0xff0000, 0xff000000);
+  const __m256i m_hi = _mm256_slli_epi64(m_lo, 32);
+  // qword i: block i at byte i, block 4 + i at byte 4 + i (blocks 0-7); the same for 8-15
+  const __m256i a = _mm256_or_si256(_mm256_and_si256(load32(p), m_lo),
+                                    _mm256_and_si256(load32(p + 32), m_hi));
+  const __m256i b = _mm256_or_si256(_mm256_and_si256(load32(p + 72), m_lo),
+                                    _mm256_and_si256(load32(p + 104), m_hi));
+  const __m256i z = _mm256_or_si256(_mm256_unpacklo_epi64(a, b), _mm256_unpackhi_epi64(a, b));
+  return _mm_or_si128(_mm256_castsi256_si128(z), _mm256_extracti128_si256(z, 1));
+}
+// 16 e4m3 bytes / 256 as f32 (*lo: bytes 0-7, *hi: 8-15), exactly: the sign-extended byte << 7
+// puts the magnitude in fp16's exponent and mantissa fields (bias 7 -> 15 is the 2^-8; e4m3
+// subnormals land on fp16 subnormals) and the sign in bits 15 and 14; clearing bit 14 leaves
+// the fp16. Magnitude 0x7f (NaN) is the only one that carries into bit 14 when 0x80 is added:
+// or-ing that bit in makes the exponent all ones, a NaN.
+inline void e4m3x16_over_256(__m128i b, __m256* lo, __m256* hi) {
+  const __m256i t = _mm256_and_si256(_mm256_slli_epi16(_mm256_cvtepi8_epi16(b), 7),
+                                     _mm256_set1_epi16(static_cast<int16_t>(0xbfff)));
+  const __m256i h = _mm256_or_si256(
+      t, _mm256_and_si256(_mm256_add_epi16(t, _mm256_set1_epi16(0x80)), _mm256_set1_epi16(0x4000)));
+  *lo = _mm256_cvtph_ps(_mm256_castsi256_si128(h));
+  *hi = _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1));
+}
 // Q4_K / Q5_K packed 6-bit scales and mins (k4_scale_min) -> 8 scale bytes and 8 min bytes.
 inline void k4_scales_mins(const uint8_t* s, uint64_t* sc, uint64_t* mn) {
   uint32_t w[3];
@@ -174,23 +202,10 @@ template <>
 struct Unpack<quant::NVFP4> {
   static constexpr int kBlocks = 16, kBytes = 16 * sizeof(quant::BlockNVFP4);
   static void scales(const uint8_t* p, __m256* ws, __m256* ms) {
-    constexpr int z = sizeof(quant::BlockNVFP4);
-    const __m128i b = _mm_setr_epi8(
-        static_cast<char>(p[0]), static_cast<char>(p[z]), static_cast<char>(p[2 * z]),
-        static_cast<char>(p[3 * z]), static_cast<char>(p[4 * z]), static_cast<char>(p[5 * z]),
-        static_cast<char>(p[6 * z]), static_cast<char>(p[7 * z]), static_cast<char>(p[8 * z]),
-        static_cast<char>(p[9 * z]), static_cast<char>(p[10 * z]), static_cast<char>(p[11 * z]),
-        static_cast<char>(p[12 * z]), static_cast<char>(p[13 * z]), static_cast<char>(p[14 * z]),
-        static_cast<char>(p[15 * z]));
-    // e4m3 / 256 exactly as fp16 (exponent and mantissa bits placed in fp16's fields, e4m3
-    // subnormals onto fp16 subnormals, S.1111.111 -> NaN), then * 256 * 0.5
-    const __m256i w = _mm256_cvtepu8_epi16(b), mag = _mm256_and_si256(w, _mm256_set1_epi16(0x7f));
-    __m256i h = _mm256_or_si256(_mm256_slli_epi16(_mm256_and_si256(w, _mm256_set1_epi16(0x80)), 8),
-                                _mm256_slli_epi16(mag, 7));
-    h = _mm256_or_si256(h, _mm256_and_si256(_mm256_cmpeq_epi16(mag, _mm256_set1_epi16(0x7f)),
-                                            _mm256_set1_epi16(0x7e00)));
-    ws[0] = _mm256_mul_ps(_mm256_cvtph_ps(_mm256_castsi256_si128(h)), _mm256_set1_ps(128.f));
-    ws[1] = _mm256_mul_ps(_mm256_cvtph_ps(_mm256_extracti128_si256(h, 1)), _mm256_set1_ps(128.f));
+    // e4m3 / 256, then * 256 * 0.5
+    unpack_detail::e4m3x16_over_256(unpack_detail::nvfp4_scale_bytes(p), &ws[0], &ws[1]);
+    ws[0] = _mm256_mul_ps(ws[0], _mm256_set1_ps(128.f));
+    ws[1] = _mm256_mul_ps(ws[1], _mm256_set1_ps(128.f));
     unpack_detail::scaled(ws, -12.f, ms);
   }
   template <int C>
