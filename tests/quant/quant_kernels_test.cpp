@@ -245,19 +245,23 @@ TEST(QuantKernels, Fp8Block128EveryIsa) {
 }
 
 // Random bytes (every code and scale bit pattern, the scale fields kept finite) through every
-// table against the scalar one: the 512-bit unpacks of quant_gemv512.h at one token, super-blocks
-// plus an NVFP4 block tail, odd row ranges.
+// table against the scalar one: the 512-bit unpacks of quant_gemv512.h and the AVX2 regrouped
+// codes of quant_kq_avx2.h at one token, super-blocks plus an NVFP4 block tail, odd row ranges.
+// Then every byte 0x00, and 0xff, against activations of magnitude 127: the codes at their
+// extremes, for the kernels' integer sums that rely on bounds.
 TEST(QuantKernels, RandomBytesEveryIsa) {
   std::mt19937 rng(77);
   for (QuantType t : {QuantType::Q2_K, QuantType::Q3_K, QuantType::NVFP4, QuantType::Q4_K,
-                      QuantType::Q5_K, QuantType::Q6_K, QuantType::MXFP4})
+                      QuantType::Q5_K, QuantType::Q6_K, QuantType::MXFP4, QuantType::IQ4_XS,
+                      QuantType::IQ4_NL})
+    for (const int fill : {-1, 0x00, 0xff})  // -1: random
     for (const int64_t cols : {int64_t{256}, int64_t{2048}, int64_t{1024 + 256}, int64_t{336}}) {
       if (cols % quant::block_elems(t)) continue;
       const int64_t rows = 29, n = 1;
       QuantMatrix m{t, rows, cols, {}, {}, 1.f};
       const size_t rb = quant::row_bytes(t, cols);
       m.data.resize(rb * rows);
-      for (auto& b : m.data) b = static_cast<uint8_t>(rng());
+      for (auto& b : m.data) b = static_cast<uint8_t>(fill < 0 ? rng() : fill);
       const size_t bb = quant::block_bytes(t);
       auto half = [&](size_t at) {  // a finite fp16 of magnitude 2^-20 .. 2^-6, either sign
         const uint16_t h = static_cast<uint16_t>(((rng() & 15) + 5) << 10 | (rng() & 0x3ff) |
@@ -270,11 +274,15 @@ TEST(QuantKernels, RandomBytesEveryIsa) {
         if (t == QuantType::Q3_K) half(o + 108);
         if (t == QuantType::Q4_K || t == QuantType::Q5_K) half(o), half(o + 2);
         if (t == QuantType::Q6_K) half(o + 208);
+        if (t == QuantType::IQ4_XS || t == QuantType::IQ4_NL) half(o);
         if (t == QuantType::NVFP4 && (m.data[o] & 0x7f) == 0x7f) m.data[o] = 0x7e;  // not NaN
         if (t == QuantType::MXFP4) m.data[o] = static_cast<uint8_t>(100 + m.data[o] % 50);
       }
       if (t == QuantType::NVFP4) m.global = 0.37f;
       auto x = randn(n * cols, 12);
+      if (fill >= 0)  // |q| = 127 with one sign per group (all of a group's products alike)
+        for (int64_t g = 0; g < n * cols / 16; ++g)
+          std::fill_n(x.begin() + 16 * g, 16, rng() & 1 ? 1.f : -1.f);
       const Acts a = quantize(x, n, cols, 3);
       std::vector<float> ys(rows, -1.f);
       cpu::k_scalar_quant_kernels.for_dtype(quant::to_dtype(t))(a.view(3), n, cols, m.data.data(),

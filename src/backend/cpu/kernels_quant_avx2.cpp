@@ -8,6 +8,7 @@
 #include "backend/cpu/quant_fp4_avx2.h"
 #include "backend/cpu/quant_fp8_avx2.h"
 #include "backend/cpu/quant_fused.h"
+#include "backend/cpu/quant_kq_avx2.h"
 #include "backend/cpu/quant_simd.h"
 
 namespace ft::cpu {
@@ -33,6 +34,11 @@ struct Avx2Q : qsimd::Ymm<Avx2Q> {
     if constexpr (std::is_same_v<F, quant::NVFP4>)
       if (n == 1) {  // dedicated one-token kernel (quant_fp4_avx2.h)
         fp4avx2::gemv_nvfp4(x, k, w, row_bytes, r0, r1, post, y);
+        return true;
+      }
+    if constexpr (kqavx2::k_has<F>)
+      if (n == 1) {  // dedicated one-token kernel (quant_kq_avx2.h)
+        kqavx2::gemv<F>(x, k, w, row_bytes, r0, r1, post, y);
         return true;
       }
     qsimd::gemm_fused<Avx2Q, F>(x, n, k, w, row_bytes, r0, r1, post, y, ldy);
