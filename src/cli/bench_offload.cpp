@@ -4,7 +4,12 @@
 // the bound from the bandwidths measured in the same run:
 //   decode  t >= bytes read from VRAM / B_vram + bytes fetched / B_pcie
 //           (HYBRID rows: + max(fetched / B_pcie, CPU expert bytes / B_cpu) instead)
-//   prefill tok/s <= chunk * B_pcie / bytes of all experts (every chunk streams every layer).
+//   prefill tok/s <= prompt * B_pcie / bytes streamed over PCIe (every chunk streams every
+//           layer: chunk * B_pcie / bytes of all experts, less the experts already cached,
+//           which are copied within VRAM).
+// Then an agent's next turn on the same cache: decode right after the last prefill (the cache
+// outside the streaming buffers survives it), and small extends (--extends tokens appended, as a
+// short tool result) timed against their PCIe bytes (streamed or fetched) / B_pcie.
 // Prompts whose KV cache does not fit a budget beside the minimum expert pool are marked so.
 #include "cli/bench_offload.h"
 
@@ -37,6 +42,7 @@ struct OffloadBenchOptions {
   int64_t layers = 48, experts = 128, top_k = 8, hidden = 2048, expert_dim = 768, heads = 32,
           kv_heads = 4, head_dim = 128, vocab = 151936;
   std::vector<int64_t> prompts = {512, 4096, 16384};
+  std::vector<int64_t> extends = {8, 16};
   std::vector<std::string> hybrid_budgets = {"8GiB"};
   int64_t decode = 64, decode_prompt = 16, chunk = 4096, warmup = 4;
   int threads = 0;
@@ -164,6 +170,9 @@ struct Row {
   double split_ms[4] = {};  // decode time split per token: attention, routing, hits, fetch
   // Per prompt: tok/s (< 0: KV does not fit), bound (0: all resident), streamed GB.
   std::vector<double> prefill_tps, prefill_bound, prefill_gb;
+  // The next turn: decode tok/s right after the last prefill; per extend its ms and PCIe GB.
+  double turn_tps = 0;
+  std::vector<double> extend_ms, extend_gb;
 };
 
 Row run_budget(const OffloadBenchOptions& o, const Model& model, const HostExperts& host,
@@ -184,7 +193,8 @@ Row run_budget(const OffloadBenchOptions& o, const Model& model, const HostExper
   int64_t capacity = 0, fit = 0;
   for (size_t i = 0; i <= prompts.size(); ++i) {
     const int64_t longest = i < prompts.size() ? prompts[i] : 0;
-    capacity = longest + o.decode_prompt + o.warmup + o.decode + 8;
+    capacity = longest + o.decode_prompt + o.warmup + 2 * o.decode + 8;
+    for (int64_t e : o.extends) capacity += e;
     MemoryRequest req = cuda_offload_request(model, host, capacity, o.chunk,
                                              budget == "all" ? free0 : parse_size(budget), 1,
                                              o.kv_dtype);
@@ -274,10 +284,37 @@ Row run_budget(const OffloadBenchOptions& o, const Model& model, const HostExper
       gb = (tf.runtime_stats().streamed_bytes - st0) / 1e9;
     }
     row.prefill_tps.push_back(best);
-    row.prefill_bound.push_back(tf.expert_store()->all_resident()
-                                    ? 0.0
-                                    : std::min(p, o.chunk) * b_pcie / pool);
+    // Every chunk streams every layer; experts already cached come from VRAM, so the PCIe
+    // bound is the prompt over the bytes that did cross it.
+    row.prefill_bound.push_back(tf.expert_store()->all_resident() ? 0.0
+                                : gb > 0 ? p * b_pcie / (gb * 1e9)
+                                         : std::min(p, o.chunk) * b_pcie / pool);
     row.prefill_gb.push_back(gb);
+    pos = p;
+  }
+  // The next turn: decode continues after the last prompt, then small extends, each followed by
+  // one decode step (as an agent's tool result and the model's answer).
+  if (!decode_only && !o.prompts.empty() && o.prompts.back() <= fit) {
+    next = argmax(logits.data(), static_cast<int64_t>(logits.size()));
+    Timer tt;
+    for (int64_t i = 0; i < o.decode; ++i, ++pos) {
+      tf.forward(&next, 1, pos, logits.data(), false);
+      next = argmax(logits.data(), static_cast<int64_t>(logits.size()));
+    }
+    row.turn_tps = o.decode / tt.seconds();
+    for (int64_t e : o.extends) {
+      const auto ids = random_ids(e);
+      const CudaRuntimeStats a = tf.runtime_stats();
+      Timer te;
+      tf.forward(ids.data(), e, pos, logits.data(), false);
+      row.extend_ms.push_back(te.seconds() * 1e3);
+      const CudaRuntimeStats b = tf.runtime_stats();
+      row.extend_gb.push_back(double(b.streamed_bytes - a.streamed_bytes + b.fetched_bytes -
+                                     a.fetched_bytes) / 1e9);
+      pos += e;
+      next = argmax(logits.data(), static_cast<int64_t>(logits.size()));
+      tf.forward(&next, 1, pos++, logits.data(), false);
+    }
   }
   size_t free1 = 0;
   cuda::memory_info(&free1, &total);
@@ -285,7 +322,8 @@ Row run_budget(const OffloadBenchOptions& o, const Model& model, const HostExper
   return row;
 }
 
-std::string table(const OffloadBenchOptions& o, const std::vector<Row>& rows, int64_t all) {
+std::string table(const OffloadBenchOptions& o, const std::vector<Row>& rows, int64_t all,
+                  double b_pcie) {
   std::string s =
       "| budget | mode | expert slots | VRAM used | decode tok/s | decode bound | ratio | "
       "hit rate | fetched MB/token | CPU MB/token | split ms/token attn/route/hits/fetch |\n"
@@ -318,6 +356,16 @@ std::string table(const OffloadBenchOptions& o, const std::vector<Row>& rows, in
         s += fmt::format("| {} | {} | {:.0f} | (no PCIe) | - | 0 |\n", r.budget, p,
                          r.prefill_tps[i]);
     }
+  }
+  s += "\n| budget | decode tok/s (steady) | decode tok/s right after a prefill | extends: tokens "
+       "ms (PCIe GB, bound ms) |\n|---|---|---|---|\n";
+  for (const Row& r : rows) {
+    if (!r.refused.empty() || r.turn_tps <= 0) continue;
+    std::string ext;
+    for (size_t i = 0; i < r.extend_ms.size(); ++i)
+      ext += fmt::format("{}{}: {:.1f} ms ({:.2f} GB, {:.1f})", i ? "; " : "", o.extends[i],
+                         r.extend_ms[i], r.extend_gb[i], r.extend_gb[i] / b_pcie * 1e12);
+    s += fmt::format("| {} | {:.2f} | {:.2f} | {} |\n", r.budget, r.decode_tps, r.turn_tps, ext);
   }
   return s;
 }
@@ -373,7 +421,7 @@ void run_bench_offload(const OffloadBenchOptions& o) {
     if (b != "none") run(b, MoeMode::OFFLOAD);
   for (const std::string& b : o.hybrid_budgets)
     if (b != "none") run(b, MoeMode::HYBRID);
-  const std::string t = table(o, rows, host.moe_layers * host.n_experts);
+  const std::string t = table(o, rows, host.moe_layers * host.n_experts, b_pcie);
   std::printf("\n%s", t.c_str());
   if (!o.out.empty()) {
     std::ofstream f(o.out);
@@ -393,6 +441,8 @@ void declare_bench_offload(CLI::App& cmd) {
   cmd.add_option("--expert-dim", o->expert_dim, "Expert width")->check(CLI::PositiveNumber);
   cmd.add_option("--vocab", o->vocab, "Vocabulary size")->check(CLI::PositiveNumber);
   cmd.add_option("--prompts", o->prompts, "Prefill prompt lengths");
+  cmd.add_option("--extends", o->extends,
+                 "Tokens appended after the last prompt's decode (an agent's next turn)");
   cmd.add_option("--hybrid-budgets", o->hybrid_budgets,
                  "Budgets also run in HYBRID mode (decode; misses split PCIe/CPU; none: no rows)");
   cmd.add_option("--decode", o->decode, "Measured decode steps")->check(CLI::PositiveNumber);

@@ -24,6 +24,15 @@ void ExpertCache::reset() {
   std::fill(usage_.begin(), usage_.end(), 0);
 }
 
+void ExpertCache::drop_slots(int64_t end) {
+  end = std::min(end, slots());
+  for (int64_t s = 0; s < end; ++s) {
+    if (id_of_slot_[s] >= 0) slot_for_id_[id_of_slot_[s]] = -1;
+    id_of_slot_[s] = -1;
+    usage_[s] = 0;
+  }
+}
+
 EnsurePlan ExpertCache::ensure(int64_t layer, std::span<const int32_t> active, int64_t max_fetch) {
   FT_CHECK(layer >= 0 && layer < n_layers_, "layer {}", layer);
   ++step_;
@@ -59,10 +68,12 @@ EnsurePlan ExpertCache::ensure(int64_t layer, std::span<const int32_t> active, i
       plan.cpu.push_back(active[i]);
       continue;
     }
-    // Victim: least recently used slot not owned this step (never-used slots first).
+    // Victim: least recently used slot not owned this step (never-used slots first), the
+    // highest index on ties: a fresh or dropped cache fills from the top, so the prefill
+    // buffers [0, 2E), which the next prefill overwrites, are the last free slots taken.
     int32_t victim = -1;
     for (size_t s = 0; s < usage_.size(); ++s)
-      if (!owned[s] && (victim < 0 || usage_[s] < usage_[victim])) victim = static_cast<int32_t>(s);
+      if (!owned[s] && (victim < 0 || usage_[s] <= usage_[victim])) victim = static_cast<int32_t>(s);
     FT_CHECK(victim >= 0, "no evictable slot: {} slots for {} active experts", usage_.size(),
              active.size());
     if (id_of_slot_[victim] >= 0) {

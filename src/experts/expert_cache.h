@@ -38,6 +38,9 @@ class ExpertCache {
   }
   // Drops every mapping (e.g. after a resize); usage restarts.
   void reset();
+  // Drops the mappings of slots [0, end) only (prefill streaming overwrites them; the rest of
+  // the cache stays valid): they become the first LRU victims.
+  void drop_slots(int64_t end);
   int64_t slots() const { return static_cast<int64_t>(id_of_slot_.size()); }
   const ExpertCacheStats& stats() const { return stats_; }
 

@@ -3,6 +3,7 @@
 #include "experts/gpu_expert_store.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <thread>
@@ -454,11 +455,27 @@ void GpuExpertStore::copy_expert(int64_t l, int64_t e, int64_t slot) {
   }
 }
 
-void GpuExpertStore::copy_layer(int64_t l, int64_t first) {
-  char* dst[3] = {gate_.as<char>(), up_.as<char>(), down_.as<char>()};
-  for (int m = 0; m < 3; ++m)
-    copy_.copy_to_device(dst[m] + first * host_.slot_matrix_bytes(m), host_.matrix(l, m),
-                         host_.n_experts * host_.record_bytes(l, m));
+size_t GpuExpertStore::copy_layer(int64_t l, int64_t first) {
+  char* pool[3] = {gate_.as<char>(), up_.as<char>(), down_.as<char>()};
+  const int64_t E = host_.n_experts;
+  size_t pcie = 0;
+  for (int m = 0; m < 3; ++m) {
+    const size_t rec = host_.record_bytes(l, m), sb = host_.slot_matrix_bytes(m);
+    char* to = pool[m] + first * sb;  // the buffer: E records back to back
+    const char* from = host_.matrix(l, m);
+    int64_t run = 0;  // first expert of the pending run of host copies
+    for (int64_t e = 0; e <= E; ++e) {
+      const int32_t s = e < E && !cached_.empty() ? cached_[l * E + e] : -1;
+      if (e < E && s < 0) continue;
+      if (e > run) {  // experts [run, e) over PCIe in one copy
+        copy_.copy_to_device(to + run * rec, from + run * rec, (e - run) * rec);
+        pcie += (e - run) * rec;
+      }
+      if (e < E) local_.copy_to_device(to + e * rec, pool[m] + s * sb, rec);  // from its slot
+      run = e + 1;
+    }
+  }
+  return pcie;
 }
 
 int64_t GpuExpertStore::count_misses(int64_t l, const int32_t* ids, int64_t count) {
@@ -496,19 +513,41 @@ int64_t GpuExpertStore::ensure(int64_t l, const int32_t* ids, int64_t count, int
 void GpuExpertStore::issue_stream_copy(size_t i) {
   const size_t nbuf = double_buffered() ? 2 : 1, buf = i % nbuf;
   // The buffer's previous layer must have been consumed by the compute stream.
-  if (i >= nbuf) copy_.wait(consumed_[buf]);
-  copy_layer(order_[i], static_cast<int64_t>(buf) * host_.n_experts);
+  if (i >= nbuf) copy_.wait(consumed_[buf]), local_.wait(consumed_[buf]);
+  stats_.streamed_bytes += copy_layer(order_[i], static_cast<int64_t>(buf) * host_.n_experts);
   copy_.record(copied_[buf]);
-  stats_.streamed_bytes += host_.layer_bytes(order_[i]);
+  local_.record(local_done_[buf]);
 }
 
 void GpuExpertStore::stream_begin(const std::vector<int64_t>& order) {
   FT_CHECK(!all_resident_, "stream_begin with every expert resident");
-  cache_.reset();
-  if (device_cache_) cuda::slot_cache_reset(device_state(), host_.n_layers * host_.n_experts);
+  // Only the buffers' slots are overwritten: the decode cache in the others stays valid, so
+  // decode after a prefill (an agent's next turn) starts warm. FT_PREFILL_KEEP_CACHE=0 drops
+  // every mapping instead (the old behaviour, for A/B runs).
+  const char* keep = std::getenv("FT_PREFILL_KEEP_CACHE");
+  const int64_t buffers = keep && std::strcmp(keep, "0") == 0
+                              ? slots_
+                              : (double_buffered() ? 2 : 1) * host_.n_experts;
+  cache_.drop_slots(buffers);
+  if (device_cache_)
+    cuda::slot_cache_drop(device_state(), host_.n_layers * host_.n_experts, buffers);
+  // Experts cached in the other slots reach the buffers by a copy within the GPU instead of
+  // over PCIe (the map is read once per pass; nothing remaps a slot until the pass ends).
+  const int64_t ids = host_.n_layers * host_.n_experts;
+  cached_.assign(ids, -1);
+  const char* v = std::getenv("FT_PREFILL_D2D");
+  if (v && std::strcmp(v, "0") == 0) {
+    cached_.clear();
+  } else if (device_cache_) {
+    cuda::copy_to_host(cached_.data(), d_slot_for_id_.data(), ids * sizeof(int32_t));
+  } else {
+    for (int64_t i = 0; i < ids; ++i)
+      cached_[i] = cache_.slot_of(i / host_.n_experts, static_cast<int32_t>(i % host_.n_experts));
+  }
   // The first copies overwrite slots that kernels issued before this pass may still read.
   cuda::record_on_default(consumed_[0]);
   copy_.wait(consumed_[0]);
+  local_.wait(consumed_[0]);
   order_ = order;
   next_ = 0;
   const size_t nbuf = double_buffered() ? 2 : 1;
@@ -519,6 +558,7 @@ cuda::DeviceExperts GpuExpertStore::stream_acquire(int64_t l) {
   FT_CHECK(next_ < order_.size() && order_[next_] == l, "stream_acquire: layer {} out of order", l);
   const size_t buf = next_ % (double_buffered() ? 2 : 1);
   cuda::wait_on_default(copied_[buf]);
+  cuda::wait_on_default(local_done_[buf]);
   return view(l, static_cast<int64_t>(buf) * host_.n_experts);
 }
 

@@ -93,7 +93,7 @@ class HostExperts {
 struct ExpertStoreStats {
   int64_t fetched_experts = 0;  // decode misses copied host -> slot
   size_t fetched_bytes = 0;     // decode fetches
-  size_t streamed_bytes = 0;    // prefill layer streaming
+  size_t streamed_bytes = 0;    // prefill layer streaming over PCIe (cached experts: in VRAM)
 };
 
 // The device side: `slots` expert slots (gate/up/down pools as one stack of `slots` experts),
@@ -147,7 +147,8 @@ class GpuExpertStore {
   // Prefill streaming over the MoE layers `order` (ascending): begin issues the first copies;
   // acquire(l) makes the default stream wait for layer l and returns its view (ids index it);
   // release(l) after layer l's experts kernels were issued frees its buffer for a later layer.
-  // Streaming overwrites slots, so the cache's mappings are dropped at begin.
+  // Streaming overwrites the buffers' slots [0, E) (and [E, 2E)), so begin drops their
+  // mappings; the cache's other slots keep theirs.
   void stream_begin(const std::vector<int64_t>& order);
   cuda::DeviceExperts stream_acquire(int64_t l);
   void stream_release(int64_t l);
@@ -161,7 +162,9 @@ class GpuExpertStore {
   // back to back (resident layers, streamed buffers).
   cuda::DeviceExperts view(int64_t l, int64_t first_slot) const;
   void copy_expert(int64_t l, int64_t expert, int64_t slot);
-  void copy_layer(int64_t l, int64_t first_slot);
+  // Layer l's experts into the buffer at first_slot (cached_ ones from their slots); returns
+  // the bytes copied over PCIe.
+  size_t copy_layer(int64_t l, int64_t first_slot);
   void issue_stream_copy(size_t index);
   // fetch_experts of layer l's experts ids [*count] into slots (blocks: 0 = the default grid).
   void copy_misses(int64_t l, const int32_t* ids, const int32_t* slots, const int32_t* count,
@@ -174,7 +177,11 @@ class GpuExpertStore {
   ExpertCache cache_;
   cuda::CopyStream copy_;
   cuda::Event copied_[2], consumed_[2];  // per layer buffer (prefill); copied_[0] for decode
+  // Prefill: cached experts' copies within VRAM, beside the PCIe copies (another engine).
+  cuda::CopyStream local_;
+  cuda::Event local_done_[2];
   std::vector<int64_t> order_;           // streaming: MoE layers in order
+  std::vector<int32_t> cached_;          // streaming: slot of each flat expert id, or -1
   std::vector<int64_t> moe_index_;       // [n_layers] -> index among MoE layers, or -1
   size_t next_ = 0;                      // streaming: index of the layer to acquire next
   ExpertStoreStats stats_;

@@ -55,6 +55,13 @@ size_t resident_bytes(const ModelWeights& w) {
 }
 }  // namespace
 
+int64_t extend_tokens(int64_t n_experts, int64_t top_k) {
+  const int64_t k = std::max<int64_t>(top_k, 1), most = cuda::k_slot_max_ids / k;
+  if (const char* v = std::getenv("FT_EXTEND_TOKENS"))
+    return std::min<int64_t>(std::max(0, std::atoi(v)), most);
+  return std::min(cuda::k_slot_max_ids, n_experts) / k;
+}
+
 MemoryRequest cuda_offload_request(const Model& model, const HostExperts& experts, int64_t capacity,
                                    int64_t max_chunk, size_t budget, int max_seqs,
                                    DType kv_dtype) {
@@ -70,8 +77,9 @@ MemoryRequest cuda_offload_request(const Model& model, const HostExperts& expert
     scratch += f * std::min(T, k_logit_rows) * (c.vocab_size + 3 * vl);  // piece + gather
   scratch += 2 * T * widest * 2 + cuda::Blas::k_dequant_elems * f;              // Blas
   scratch += f * T * k * (2 * H + 2 * I) + 12 * T * k + 4 * (c.n_experts + 1);  // MoeWorkspace
-  scratch +=
-      f * cuda::k_gemv_max_tokens * k * (2 * H + 2 * I) + 4 * experts.moe_layers * c.n_experts;
+  const int64_t pool_tokens = std::max(cuda::k_gemv_max_tokens, extend_tokens(c.n_experts, k));
+  scratch += f * pool_tokens * k * (2 * H + 2 * I) + 12 * pool_tokens * k +
+             4 * experts.moe_layers * c.n_experts;
   scratch += f * capacity * rot;  // cos/sin
   const size_t kv_f = kv_dtype == DType::BF16 ? 2 : 4;
   if (kv_dtype == DType::BF16)  // flash-decoding workspace (model/cuda_transformer_kv.cpp)
@@ -207,12 +215,21 @@ CudaTransformer::CudaTransformer(const Model& model, int64_t capacity, int64_t m
   hybrid_q16_ = hybrid_q16(hybrid_f_);
   const bool share = mode_ == MoeMode::HYBRID && !hybrid_on_host();
   if (host) {
-    store_ = std::make_unique<GpuExpertStore>(*host, offload.slots,
-                                              mode_ == MoeMode::OFFLOAD || share);
+    const bool device_cache = mode_ == MoeMode::OFFLOAD || share;
+    store_ = std::make_unique<GpuExpertStore>(*host, offload.slots, device_cache);
+    // Small extends through the slot cache need the device bookkeeping (its ensure takes up to
+    // k_slot_max_ids routes) and experts whose grouped GEMM reads nothing per expert id from the
+    // host (NVFP4's global scales are host-side per id, not per slot).
+    bool per_id = false;
+    for (int64_t l = 0; l < host->n_layers; ++l)
+      for (int m = 0; m < 3; ++m) per_id = per_id || (host->has_layer(l) && host->host_gscale(l, m));
+    if (device_cache && !per_id)
+      slot_tokens_ = std::max(cuda::k_gemv_max_tokens,
+                              std::min(extend_tokens(c_.n_experts, c_.top_k), T));
     if (!store_->all_resident())
-      moe_pool_ = std::make_unique<cuda::MoeWorkspace>(cuda::k_gemv_max_tokens, c_.top_k,
-                                                       offload.slots, H, inter);
-    slot_ids_ = cuda::DeviceBuffer(cuda::k_gemv_max_tokens * c_.top_k * sizeof(int32_t));
+      moe_pool_ = std::make_unique<cuda::MoeWorkspace>(slot_tokens_, c_.top_k, offload.slots, H,
+                                                       inter);
+    slot_ids_ = cuda::DeviceBuffer(slot_tokens_ * c_.top_k * sizeof(int32_t));
     if (!store_->all_resident() && mode_ == MoeMode::HYBRID) {
       const int threads =
           offload.cpu_threads > 0
@@ -484,8 +501,8 @@ void CudaTransformer::all_logits(int64_t n) {
 void CudaTransformer::run_layers(std::span<const CudaSeqStep> steps, int64_t n) {
   cuda::embed(embed_, ids_.as<int32_t>(), n, x_.as<float>());
   // Offloaded prefill streams every MoE layer's experts (the next layer's copy overlaps this
-  // layer's compute); decode-sized passes go through the slot cache instead.
-  streaming_ = store_ && !store_->all_resident() && n > cuda::k_gemv_max_tokens;
+  // layer's compute); decode-sized passes and small extends go through the slot cache instead.
+  streaming_ = store_ && !store_->all_resident() && n > slot_tokens_;
   if (streaming_) {
     std::vector<int64_t> order;
     for (int64_t l = 0; l < c_.n_layers; ++l)
@@ -699,9 +716,9 @@ void CudaTransformer::moe_block(int64_t l, int64_t n, bool routed) {
     mark(StepPhase::HITS);
     cuda::moe_experts(*blas_, layer, a, *moe_);
     store_->stream_release(l);
-  } else if (share_) {
+  } else if (share_ && n <= cuda::k_gemv_max_tokens) {
     moe_hybrid_device(l, n, a);
-  } else if (store_->device_cache()) {
+  } else if (store_->device_cache()) {  // OFFLOAD decode; small extends (HYBRID's too)
     mark(StepPhase::FETCH);  // device bookkeeping and miss copies
     store_->ensure_device(l, ids, n * c_.top_k, slot_ids_.as<int32_t>());
     mark(StepPhase::HITS);

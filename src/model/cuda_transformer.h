@@ -89,6 +89,12 @@ MemoryRequest cuda_offload_request(const Model& model, const HostExperts& expert
 // gated-attention scratch, and the number of attention layers (only they keep K/V).
 size_t hybrid_resident_bytes(const LayerWeights& L);
 size_t hybrid_scratch_bytes(const ModelConfig& c, int64_t max_chunk, int max_seqs);
+// Offloaded passes of at most this many tokens go through the expert slot cache (decode and
+// small extends: a few tokens appended after a prefix-cache hit, or a short tool result) and
+// longer ones stream every layer's experts: min(256 routes, one layer's experts) / top_k, so a
+// pass never fetches more than a layer's worth per layer; FT_EXTEND_TOKENS overrides (0: only
+// decode-sized passes; at most 256 routes, what the device bookkeeping takes).
+int64_t extend_tokens(int64_t n_experts, int64_t top_k);
 int64_t attention_layers(const ModelConfig& c);
 
 // Validates one forward_batch: sequences in [0, max_seqs) and distinct, n > 0, positions within
@@ -265,7 +271,8 @@ class CudaTransformer {
   std::unique_ptr<cuda::MoeWorkspace> moe_;
   // Offload: the slot pool, the decode workspace over it, and whether this pass streams.
   std::unique_ptr<GpuExpertStore> store_;
-  std::unique_ptr<cuda::MoeWorkspace> moe_pool_;
+  std::unique_ptr<cuda::MoeWorkspace> moe_pool_;  // [slot_tokens_] passes over the slot pool
+  int64_t slot_tokens_ = cuda::k_gemv_max_tokens;  // longest pass not streamed (extend_tokens)
   bool streaming_ = false;
   std::vector<int32_t> host_ids_, host_slots_;  // decode: routed ids and their slots
   cuda::DeviceBuffer kv_k_, kv_v_;              // [max_seqs, n_layers, capacity, kv_dim]

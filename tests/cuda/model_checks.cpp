@@ -73,8 +73,9 @@ std::string row_close(const float* got, const float* ref, int64_t n, const std::
 }
 
 // Expert slots of an offload check: 0 = resident (no offload), else one layer (MIN), two
-// layers (DOUBLE, the double-buffered prefill), half of all experts or all of them.
-enum class Slots { RESIDENT, MIN, DOUBLE, HALF, ALL };
+// layers (DOUBLE, the double-buffered prefill), half of all experts, all but one (MOST: a
+// cache beyond the prefill buffers) or all of them.
+enum class Slots { RESIDENT, MIN, DOUBLE, HALF, MOST, ALL };
 
 int64_t slot_count(const Model& m, Slots s) {
   const ModelConfig& c = m.config();
@@ -90,6 +91,8 @@ int64_t slot_count(const Model& m, Slots s) {
       return std::min(all, 2 * c.n_experts);
     case Slots::HALF:
       return std::max(c.n_experts, all / 2 + 1);
+    case Slots::MOST:
+      return std::max(c.n_experts, all - 1);
     case Slots::ALL:
       return all;
   }
@@ -221,6 +224,54 @@ std::string batch(const std::string& dir, Slots slots, MoeMode mode = MoeMode::O
   return err;
 }
 
+// An agent's turns on one offloaded runner, with passes of at most 6 tokens through the slot
+// cache (FT_EXTEND_TOKENS=6): the prompt's first 8 tokens streamed, 4 decode steps, 7 tokens
+// streamed again (the experts cached by the decode steps come from their slots, not over PCIe),
+// small extends of 5 and 6 tokens through the slot cache (no streaming), then decode to the
+// end of the reference continuation. Every row of every pass against the reference.
+std::string turns(const std::string& dir, Slots slots, MoeMode mode = MoeMode::OFFLOAD) {
+  Reference r = load(dir);
+  const int64_t T = static_cast<int64_t>(r.prompt.size()), V = r.model->config().vocab_size;
+  std::vector<int32_t> seq = r.prompt;  // the prompt and the greedy continuation
+  seq.insert(seq.end(), r.greedy.begin(), r.greedy.end() - 1);
+  const int64_t S = static_cast<int64_t>(seq.size());
+  if (S < 32) return fmt::format("turns: {} tokens are too few\n", S);
+  auto ref = [&](int64_t p) { return p < T ? r.prefill + p * V : r.decode + (p - T + 1) * V; };
+  ::setenv("FT_EXTEND_TOKENS", "6", 1);
+  std::unique_ptr<Runner> run;
+  try {
+    run = std::make_unique<Runner>(*r.model, S, 64, slots, mode);
+  } catch (...) {
+    ::unsetenv("FT_EXTEND_TOKENS");
+    throw;
+  }
+  ::unsetenv("FT_EXTEND_TOKENS");
+  CudaTransformer& tf = *run->tf;
+  std::vector<float> logits(8 * V);
+  std::string err;
+  std::vector<size_t> streamed;  // per pass
+  int64_t pos = 0;
+  auto pass = [&](int64_t n) {
+    const size_t s0 = tf.runtime_stats().streamed_bytes;
+    tf.forward(seq.data() + pos, n, pos, logits.data(), true);
+    streamed.push_back(tf.runtime_stats().streamed_bytes - s0);
+    for (int64_t i = 0; i < n; ++i)
+      err += row_close(logits.data() + i * V, ref(pos + i), V,
+                       fmt::format("turns: {}-token pass at {}, row {}", n, pos, i));
+    pos += n;
+  };
+  for (int64_t n : {8, 1, 1, 1, 1, 7, 5, 6}) pass(n);
+  while (pos < S) pass(1);
+  if (streamed[0] == 0) err += "turns: the 8-token prompt was not streamed\n";
+  if (streamed[6] != 0 || streamed[7] != 0)
+    err += fmt::format("turns: the small extends streamed {} / {} bytes\n", streamed[6], streamed[7]);
+  // MOST keeps a cache beyond the buffers: the second prompt moves fewer bytes over PCIe.
+  if (slots == Slots::MOST && !(streamed[5] < streamed[0]))
+    err += fmt::format("turns: the second prompt streamed {} bytes, the first {}\n", streamed[5],
+                       streamed[0]);
+  return err;
+}
+
 // A configuration CudaTransformer cannot run for a model (gpt-oss: HYBRID offload, a bf16 KV
 // cache) is refused at construction with one line naming `needle`.
 std::string refused(const std::string& dir, Slots s, MoeMode mode, DType kv,
@@ -341,6 +392,11 @@ void model_checks_of(const std::string& fixtures_dir, const std::string& f,
     out.push_back({f + "/bf16_kv/offload_min/decode_greedy_eager",
                    [=] { return decode(dir, Slots::MIN, false, MoeMode::OFFLOAD, bf); }});
     out.push_back({f + "/offload_min/batch", [dir] { return batch(dir, Slots::MIN); }});
+    out.push_back({f + "/offload_min/turns", [dir] { return turns(dir, Slots::MIN); }});
+    out.push_back({f + "/offload_most/turns", [dir] { return turns(dir, Slots::MOST); }});
+    if (!refuses_hybrid)
+      out.push_back({f + "/offload_most/hybrid_turns",
+                     [dir] { return turns(dir, Slots::MOST, MoeMode::HYBRID); }});
     if (!refuses_hybrid)
       out.push_back({f + "/offload_min/hybrid_batch",
                      [dir] { return batch(dir, Slots::MIN, MoeMode::HYBRID); }});

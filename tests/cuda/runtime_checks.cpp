@@ -282,7 +282,11 @@ std::string check_slot_cache() {
     cuda::slot_cache_reset(st, L * E);
     std::mt19937 rng(static_cast<uint32_t>(slots));
     for (int step = 0; step < 200; ++step) {
-      if (step == 120) {  // a reset midway (prefill streaming does this)
+      if (step == 60) {  // prefill streaming drops its buffers' slots [0, E)
+        host.drop_slots(E);
+        cuda::slot_cache_drop(st, L * E, E);
+      }
+      if (step == 120) {  // a reset midway (a resize does this)
         host.reset();
         cuda::slot_cache_reset(st, L * E);
       }

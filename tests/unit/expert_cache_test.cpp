@@ -82,6 +82,32 @@ TEST(ExpertCache, FetchCapLeavesRestToCpuMostRecentFirst) {
   EXPECT_GE(p.slot_of[1], 0);
 }
 
+// Prefill streaming overwrites slots [0, end) only: their experts miss afterwards and those
+// slots are the first victims; every other mapping survives. A fresh cache fills from the
+// highest slot, so the buffers are taken last.
+TEST(ExpertCache, DropSlotsKeepsTheRest) {
+  ExpertCache c(2, 4, 8);
+  c.ensure(0, std::vector<int32_t>{0, 1, 2, 3});
+  for (int32_t e = 0; e < 4; ++e) EXPECT_GE(c.slot_of(0, e), 4) << "expert " << e;
+  c.ensure(1, std::vector<int32_t>{0, 1, 2, 3});
+  c.drop_slots(4);  // layer 1's slots
+  for (int32_t e = 0; e < 4; ++e) {
+    EXPECT_GE(c.slot_of(0, e), 4);
+    EXPECT_EQ(c.slot_of(1, e), -1);
+  }
+  // Layer 0's experts still hit; layer 1's miss into the dropped slots, evicting nothing.
+  const auto hits = c.stats().hits, evictions = c.stats().evictions;
+  const auto p0 = c.ensure(0, std::vector<int32_t>{0, 1, 2, 3});
+  EXPECT_TRUE(p0.fetch.empty());
+  EXPECT_EQ(c.stats().hits, hits + 4);
+  const auto p1 = c.ensure(1, std::vector<int32_t>{0, 1, 2, 3});
+  EXPECT_EQ(p1.fetch.size(), 4u);
+  for (int32_t s : p1.fetch_slot) EXPECT_LT(s, 4);
+  EXPECT_EQ(c.stats().evictions, evictions);
+  c.drop_slots(100);  // past the end: every slot
+  EXPECT_EQ(c.slot_of(0, 0), -1);
+}
+
 TEST(ExpertCache, TooFewSlotsIsAnError) { EXPECT_THROW(ExpertCache(2, 8, 7), Error); }
 
 TEST(HybridSplit, BalancesFetchAgainstCpu) {

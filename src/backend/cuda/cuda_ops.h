@@ -130,7 +130,8 @@ class CopyStream {
   ~CopyStream();
   CopyStream(const CopyStream&) = delete;
   CopyStream& operator=(const CopyStream&) = delete;
-  // Asynchronous; src must be page-locked (PinnedBuffer) for the copy to overlap compute.
+  // Asynchronous; a host src must be page-locked (PinnedBuffer) for the copy to overlap
+  // compute; src may also be device memory (a copy within the GPU).
   void copy_to_device(void* dst, const void* src, size_t bytes);
   void record(Event& e);      // e completes when the copies issued so far have
   void wait(const Event& e);  // later copies start after e
@@ -525,6 +526,8 @@ struct SlotEnsureArgs {
 void slot_cache_ensure(const SlotEnsureArgs& a);
 // Drops every mapping (slot_for_id, id_of_slot = -1, usage = 0); recency and counters stay.
 void slot_cache_reset(const SlotCacheState& s, int64_t n_ids);
+// Drops the mappings of slots [0, slot_end) only (ExpertCache::drop_slots).
+void slot_cache_drop(const SlotCacheState& s, int64_t n_ids, int64_t slot_end);
 
 // Copies the experts fetch[0..*n_fetch) of one layer from mapped host memory (src pointers from
 // PinnedBuffer::device_data, stacks as HostExperts lays them out) into their slots of the

@@ -1,11 +1,12 @@
 // slot_cache: ExpertCache::ensure (experts/expert_cache.cpp) as one device block, so a decode
 // step's cache bookkeeping needs no host round trip and can be captured in a CUDA graph.
 // Lookups run in parallel; thread 0 does the short serial parts on shared memory (distinct
-// ids, miss order); the victim search (least recently used slot not used this step, lowest
-// index on ties) is a block-wide min per miss. Ids < 0 (a tensor-parallel shard's routed ids
-// of other ranks' experts) are skipped: slot -1, no lookup. HYBRID (cpu_share.h): only the q*
-// rule's share of the misses is fetched; the rest keep slot -1 and, when there are any, the
-// kernel fills the CPU's mailbox (routes, weights, input rows) and rings it.
+// ids, miss order); the victim search (least recently used slot not used this step, highest
+// index on ties: the prefill buffers [0, 2E) last) is a block-wide min per miss. Ids < 0 (a
+// tensor-parallel shard's routed ids of other ranks' experts) are skipped: slot -1, no lookup.
+// HYBRID (cpu_share.h): only the q* rule's share of the misses is fetched; the rest keep slot
+// -1 and, when there are any, the kernel fills the CPU's mailbox (routes, weights, input rows)
+// and rings it.
 #include <algorithm>
 
 #include "backend/cuda/common.cuh"
@@ -118,20 +119,22 @@ __global__ void __launch_bounds__(k_threads)
   __syncthreads();
   const int lane = tid & 31, warp = tid >> 5;
   // A slot for active expert i: the least recently used one that this step does not use and
-  // that awaits no admission copy (usage < 0), evicted and mapped to the expert with usage
-  // u_new; -1 when there is none (the host checks that a fetch always finds one in OFFLOAD).
+  // that awaits no admission copy (usage < 0), the highest index on ties, evicted and mapped to
+  // the expert with usage u_new; -1 when there is none (the host checks that a fetch always
+  // finds one in OFFLOAD).
   auto claim = [&](int i, long long u_new) {
     unsigned long long best = ~0ull;
     for (int64_t sl = tid; sl < s.slots; sl += k_threads) {
       const long long u = s.usage[sl];
-      if (u != step && u >= 0) best = min(best, (static_cast<unsigned long long>(u) << 24) | sl);
+      if (u != step && u >= 0)
+        best = min(best, (static_cast<unsigned long long>(u) << 24) | (0xffffff - sl));
     }
     best = warp_min(best);
     if (lane == 0) partial[warp] = best;
     __syncthreads();
     if (tid == 0) {
       for (int w = 1; w < k_threads / 32; ++w) best = min(best, partial[w]);
-      const int32_t victim = best == ~0ull ? -1 : static_cast<int32_t>(best & 0xffffff);
+      const int32_t victim = best == ~0ull ? -1 : static_cast<int32_t>(0xffffff - (best & 0xffffff));
       if (victim >= 0) {
         const int32_t old = s.id_of_slot[victim];
         if (old >= 0) {
@@ -217,11 +220,14 @@ __global__ void admitted_kernel(SlotCacheState s, const int32_t* __restrict__ sl
   if (threadIdx.x == 0 && n > 0) atomicSub(inflight, n);
 }
 
-__global__ void reset_kernel(SlotCacheState s, int64_t n_ids) {
+// Drops the mappings of slots [0, slot_end); all of them (a reset, also of fresh memory: the
+// map is not read) when slot_end covers every slot.
+__global__ void reset_kernel(SlotCacheState s, int64_t n_ids, int64_t slot_end) {
+  const bool all = slot_end >= s.slots;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n_ids;
        i += int64_t{gridDim.x} * blockDim.x) {
-    s.slot_for_id[i] = -1;
-    if (i < s.slots) s.id_of_slot[i] = -1, s.usage[i] = 0;
+    if (all || s.slot_for_id[i] < slot_end) s.slot_for_id[i] = -1;
+    if (i < slot_end) s.id_of_slot[i] = -1, s.usage[i] = 0;
   }
 }
 
@@ -257,11 +263,15 @@ void slot_cache_admitted(const SlotCacheState& s, const int32_t* admit_slot,
   launch_kernel(admitted_kernel, dim3(1), dim3(256), 0, s, admit_slot, n_admit, inflight);
 }
 
-void slot_cache_reset(const SlotCacheState& s, int64_t n_ids) {
-  FT_CHECK(n_ids >= s.slots, "slot_cache_reset: {} ids < {} slots", n_ids, s.slots);
+void slot_cache_drop(const SlotCacheState& s, int64_t n_ids, int64_t slot_end) {
+  FT_CHECK(n_ids >= s.slots && slot_end >= 0, "slot_cache_drop: {} ids < {} slots", n_ids,
+           s.slots);
   const int64_t blocks = std::min<int64_t>((n_ids + 255) / 256, 1024);
-  reset_kernel<<<static_cast<unsigned>(blocks), 256, 0, stream()>>>(s, n_ids);
+  reset_kernel<<<static_cast<unsigned>(blocks), 256, 0, stream()>>>(s, n_ids,
+                                                                    std::min(slot_end, s.slots));
   CUDA_CHECK_LAUNCH();
 }
+
+void slot_cache_reset(const SlotCacheState& s, int64_t n_ids) { slot_cache_drop(s, n_ids, s.slots); }
 
 }  // namespace ft::cuda

@@ -107,8 +107,8 @@ CopyStream::~CopyStream() {
 }
 
 void CopyStream::copy_to_device(void* dst, const void* src, size_t bytes) {
-  if (bytes)
-    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice,
+  if (bytes)  // the direction from the pointers (unified addressing): host or device source
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault,
                                static_cast<cudaStream_t>(handle_)));
 }
 
