@@ -77,8 +77,7 @@ MemoryRequest cuda_offload_request(const Model& model, const HostExperts& expert
     scratch += f * std::min(T, k_logit_rows) * (c.vocab_size + 3 * vl);  // piece + gather
   scratch += 2 * T * widest * 2 + cuda::Blas::k_dequant_elems * f;              // Blas
   scratch += f * T * k * (2 * H + 2 * I) + 12 * T * k + 4 * (c.n_experts + 1);  // MoeWorkspace
-  const int64_t pool_tokens = std::max(cuda::k_gemv_max_tokens, extend_tokens(c.n_experts, k));
-  scratch += f * pool_tokens * k * (2 * H + 2 * I) + 12 * pool_tokens * k +
+  scratch += f * cuda::k_gemv_max_tokens * k * (2 * H + 2 * I) + 4 * cuda::k_slot_max_ids +
              4 * experts.moe_layers * c.n_experts;
   scratch += f * capacity * rot;  // cos/sin
   const size_t kv_f = kv_dtype == DType::BF16 ? 2 : 4;
@@ -217,18 +216,14 @@ CudaTransformer::CudaTransformer(const Model& model, int64_t capacity, int64_t m
   if (host) {
     const bool device_cache = mode_ == MoeMode::OFFLOAD || share;
     store_ = std::make_unique<GpuExpertStore>(*host, offload.slots, device_cache);
-    // Small extends through the slot cache need the device bookkeeping (its ensure takes up to
-    // k_slot_max_ids routes) and experts whose grouped GEMM reads nothing per expert id from the
-    // host (NVFP4's global scales are host-side per id, not per slot).
-    bool per_id = false;
-    for (int64_t l = 0; l < host->n_layers; ++l)
-      for (int m = 0; m < 3; ++m) per_id = per_id || (host->has_layer(l) && host->host_gscale(l, m));
-    if (device_cache && !per_id)
+    // Small extends through the slot cache need its device bookkeeping (one ensure of up to
+    // k_slot_max_ids routes per layer).
+    if (device_cache)
       slot_tokens_ = std::max(cuda::k_gemv_max_tokens,
                               std::min(extend_tokens(c_.n_experts, c_.top_k), T));
     if (!store_->all_resident())
-      moe_pool_ = std::make_unique<cuda::MoeWorkspace>(slot_tokens_, c_.top_k, offload.slots, H,
-                                                       inter);
+      moe_pool_ = std::make_unique<cuda::MoeWorkspace>(cuda::k_gemv_max_tokens, c_.top_k,
+                                                       offload.slots, H, inter);
     slot_ids_ = cuda::DeviceBuffer(slot_tokens_ * c_.top_k * sizeof(int32_t));
     if (!store_->all_resident() && mode_ == MoeMode::HYBRID) {
       const int threads =
@@ -722,8 +717,23 @@ void CudaTransformer::moe_block(int64_t l, int64_t n, bool routed) {
     mark(StepPhase::FETCH);  // device bookkeeping and miss copies
     store_->ensure_device(l, ids, n * c_.top_k, slot_ids_.as<int32_t>());
     mark(StepPhase::HITS);
-    a.ids = slot_ids_.as<int32_t>();
-    cuda::moe_experts(*blas_, store_->pool(l), a, *moe_pool_);
+    // A small extend's tokens go in decode-sized pieces through the GEMV kernels over the
+    // slots (a grouped GEMM would make a cuBLAS call per expert and matrix and sync the host
+    // once per layer: 8 tokens of Qwen3-30B-A3B took ~1 ms per layer that way).
+    const int64_t k = c_.top_k, H = c_.hidden;
+    for (int64_t t0 = 0; t0 < n; t0 += cuda::k_gemv_max_tokens) {
+      cuda::MoeArgs p = a;
+      cuda::MoeOss oss;
+      p.n = std::min(cuda::k_gemv_max_tokens, n - t0);
+      p.x = a.x + t0 * H, p.out = a.out + t0 * H;
+      p.ids = slot_ids_.as<int32_t>() + t0 * k, p.weights = a.weights + t0 * k;
+      if (a.oss) {
+        oss = *a.oss;
+        oss.expert_ids += t0 * k;
+        p.oss = &oss;
+      }
+      cuda::moe_experts(*blas_, store_->pool(l), p, *moe_pool_);
+    }
   } else {
     mark(StepPhase::OTHER);  // host bookkeeping and the CPU share: host-timed t_fetch / t_cpu
     moe_hybrid(l, n, a);

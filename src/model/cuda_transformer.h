@@ -271,7 +271,7 @@ class CudaTransformer {
   std::unique_ptr<cuda::MoeWorkspace> moe_;
   // Offload: the slot pool, the decode workspace over it, and whether this pass streams.
   std::unique_ptr<GpuExpertStore> store_;
-  std::unique_ptr<cuda::MoeWorkspace> moe_pool_;  // [slot_tokens_] passes over the slot pool
+  std::unique_ptr<cuda::MoeWorkspace> moe_pool_;  // decode-sized passes over the slot pool
   int64_t slot_tokens_ = cuda::k_gemv_max_tokens;  // longest pass not streamed (extend_tokens)
   bool streaming_ = false;
   std::vector<int32_t> host_ids_, host_slots_;  // decode: routed ids and their slots
