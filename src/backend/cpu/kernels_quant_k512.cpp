@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "backend/cpu/quant_gemv512.h"
+#include "backend/cpu/quant_unpack.h"
 #include "quant/formats.h"
 
 namespace ft::cpu {
@@ -72,16 +73,8 @@ struct Q3K {
   static constexpr const int* kPieceA = k_pieces_23a;
   static constexpr const int* kPieceB = k_pieces_23b;
   static __m512 scales(const uint8_t* p, __m512 dx, __m512 sx, __m512* accm) {
-    // k3_scale (as Unpack<Q3_K>::scales): 16 signed 6-bit scales, minus 32
-    uint64_t a;
-    uint32_t h;
-    std::memcpy(&a, p + 96, 8);
-    std::memcpy(&h, p + 104, 4);
-    constexpr uint64_t m4 = 0x0f0f0f0f0f0f0f0full;
-    constexpr uint32_t m2 = 0x03030303u;
-    const uint64_t h01 = (h & m2) | (static_cast<uint64_t>((h >> 2) & m2) << 32);
-    const uint64_t h23 = ((h >> 4) & m2) | (static_cast<uint64_t>((h >> 6) & m2) << 32);
-    const uint64_t lo = (a & m4) | (h01 << 4), hi = ((a >> 4) & m4) | (h23 << 4);
+    uint64_t lo, hi;  // k3_scale: 16 signed 6-bit scales, minus 32
+    qsimd::unpack_detail::k3_scale_bytes(p + 96, &lo, &hi);
     const __m128i s8 = _mm_sub_epi8(
         _mm_set_epi64x(static_cast<int64_t>(hi), static_cast<int64_t>(lo)), _mm_set1_epi8(32));
     const __m512 ws = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(s8)),

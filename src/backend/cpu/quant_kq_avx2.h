@@ -181,16 +181,9 @@ struct Layout<quant::Q3_K> : Bits2 {
     code<0>(q0, q1, hm, w), code<1>(q0, q1, hm, w), code<2>(q0, q1, hm, w), code<3>(q0, q1, hm, w);
   }
   static void scales(const uint8_t* p, __m256i sc[2]) {
-    // k3_scale (as Unpack<Q3_K>::scales): 16 signed bytes in group order
-    uint64_t a;
-    uint32_t h;
-    std::memcpy(&a, p + 96, 8);
-    std::memcpy(&h, p + 104, 4);
-    constexpr uint64_t m4 = 0x0f0f0f0f0f0f0f0full;
-    constexpr uint32_t m2 = 0x03030303u;
-    const uint64_t h01 = (h & m2) | (static_cast<uint64_t>((h >> 2) & m2) << 32);
-    const uint64_t h23 = ((h >> 4) & m2) | (static_cast<uint64_t>((h >> 6) & m2) << 32);
-    const auto lo = static_cast<int64_t>((a & m4) | (h01 << 4)), hi = static_cast<int64_t>(((a >> 4) & m4) | (h23 << 4));
+    uint64_t l, h;  // k3_scale: 16 signed bytes in group order
+    qsimd::unpack_detail::k3_scale_bytes(p + 96, &l, &h);
+    const auto lo = static_cast<int64_t>(l), hi = static_cast<int64_t>(h);
     const __m256i b = _mm256_sub_epi8(_mm256_set_epi64x(hi, lo, hi, lo), _mm256_set1_epi8(32));
     sc[0] = spread<lanes<Bits2, 0>(), As::signed_pair>(b), sc[1] = spread<lanes<Bits2, 1>(), As::signed_pair>(b);
   }

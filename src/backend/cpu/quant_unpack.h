@@ -120,6 +120,22 @@ inline void k4_scales_mins(const uint8_t* s, uint64_t* sc, uint64_t* mn) {
   *sc = (w[0] & m6) | (static_cast<uint64_t>(sc_hi) << 32);
   *mn = (w[1] & m6) | (static_cast<uint64_t>(mn_hi) << 32);
 }
+// Q3_K's 16 packed 6-bit scales (k3_scale, before its -32) as bytes in group order: groups 0..7
+// in *lo, 8..15 in *hi. The low 4 bits of group j come from byte j (j < 8, low nibble) or j - 8
+// (high nibble), the high 2 bits from byte 8 + (j & 3) at bit 2 (j >> 2). static: each kernel
+// file keeps a copy compiled for its instruction set.
+static inline void k3_scale_bytes(const uint8_t* s, uint64_t* lo, uint64_t* hi) {
+  uint64_t a;
+  uint32_t h;
+  std::memcpy(&a, s, 8);
+  std::memcpy(&h, s + 8, 4);
+  constexpr uint64_t m4 = 0x0f0f0f0f0f0f0f0full;
+  constexpr uint32_t m2 = 0x03030303u;
+  const uint64_t h01 = (h & m2) | (static_cast<uint64_t>((h >> 2) & m2) << 32);
+  const uint64_t h23 = ((h >> 4) & m2) | (static_cast<uint64_t>((h >> 6) & m2) << 32);
+  *lo = (a & m4) | (h01 << 4);
+  *hi = ((a >> 4) & m4) | (h23 << 4);
+}
 }  // namespace unpack_detail
 
 // ---- 32-element formats: 8 blocks per super-block, chunk C is block C ------------------------
@@ -270,17 +286,8 @@ struct Unpack<quant::Q3_K> {
   static constexpr int kBlocks = 1, kBytes = sizeof(quant::BlockQ3_K);
   static void scales(const uint8_t* p, __m256* ws, __m256* ms) {
     const auto& b = *reinterpret_cast<const quant::BlockQ3_K*>(p);
-    // k3_scale: low 4 bits of group j from byte j (j < 8, low nibble) or j - 8 (high nibble),
-    // high 2 bits from byte 8 + (j & 3) at bit 2 * (j >> 2); minus 32.
-    uint64_t a;
-    uint32_t h;
-    std::memcpy(&a, b.scales, 8);
-    std::memcpy(&h, b.scales + 8, 4);
-    constexpr uint64_t m4 = 0x0f0f0f0f0f0f0f0full;
-    constexpr uint32_t m2 = 0x03030303u;
-    const uint64_t h01 = (h & m2) | (static_cast<uint64_t>((h >> 2) & m2) << 32);
-    const uint64_t h23 = ((h >> 4) & m2) | (static_cast<uint64_t>((h >> 6) & m2) << 32);
-    const uint64_t lo = (a & m4) | (h01 << 4), hi = ((a >> 4) & m4) | (h23 << 4);
+    uint64_t lo, hi;  // k3_scale minus 32
+    unpack_detail::k3_scale_bytes(b.scales, &lo, &hi);
     const __m128i s = _mm_sub_epi8(_mm_set_epi64x(static_cast<int64_t>(hi), static_cast<int64_t>(lo)),
                                    _mm_set1_epi8(32));
     const float d = quant::half_f32(b.d);
