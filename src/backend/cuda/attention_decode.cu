@@ -134,6 +134,10 @@ __global__ void __launch_bounds__(32 * k_warps)
                : len;
   const int64_t used = (len + chunk - 1) / chunk;
   const int64_t c0 = k_lo + split * chunk, c1 = min(k_hi, c0 + chunk);
+  // A chunk past this token's keys exits at once, before the dependency wait (it reads nothing
+  // the previous kernel writes): with a long KV capacity most of the grid's max_splits chunks
+  // are such blocks, and waiting they would hold the SM slots the token's real chunks need.
+  if (split >= used) return;
   const int64_t cache0 = a.seq ? a.seq[t] * a.seq_stride : 0;
   // ROPE: this token's run (tokens t - nf + 1 .. t of its sequence, keys fresh0 .. pos) and
   // this warp's role; norm weights and cos/sin rows are loaded before the wait.
@@ -142,21 +146,20 @@ __global__ void __launch_bounds__(32 * k_warps)
   if constexpr (ROPE)
     while (nf < k_run && nf <= t && a.seq[t - nf] == a.seq[t] && a.pos[t - nf] == pos - nf) ++nf;
   const int64_t fresh0 = pos - nf + 1;
-  const bool fresh = ROPE && split < used && c1 > fresh0;  // the chunk has keys of the run
+  const bool fresh = ROPE && c1 > fresh0;  // the chunk has keys of the run
   const bool is_q = ROPE && warp == 0, is_k = fresh && warp >= 1 && warp <= nf;
   float wr[ROPE ? DPL : 1], cs[ROPE ? C : 1], sn[ROPE ? C : 1];
   if constexpr (ROPE) {
     head_norm_weights(is_q ? a.rope.q_norm : is_k ? a.rope.k_norm : nullptr, hd, wr);
     rope_cos_sin(a.rope.cos, a.rope.sin, is_q ? pos : fresh0 + warp - 1, a.rope.rot_dim,
-                 split < used && (is_q || is_k), cs, sn);
+                 is_q || is_k, cs, sn);
   }
-  if (split < used)  // the chunk's first K/V rows into L2 while the previous kernel runs
-    prefetch_rows(static_cast<const T*>(a.k_cache) + cache0 + g * hd,
-                  static_cast<const T*>(a.v_cache) + cache0 + g * hd, kv_dim, hd, c0,
-                  min(c1, c0 + k_prefetch_keys));
+  // The chunk's first K/V rows into L2 while the previous kernel runs.
+  prefetch_rows(static_cast<const T*>(a.k_cache) + cache0 + g * hd,
+                static_cast<const T*>(a.v_cache) + cache0 + g * hd, kv_dim, hd, c0,
+                min(c1, c0 + k_prefetch_keys));
   pdl_wait();
   pdl_trigger();
-  if (split >= used) return;  // a chunk past this token's keys
   // ROPE: the q head (f32) and the run's keys and values (cache elements) in shared memory.
   __shared__ float s_q[ROPE ? 32 * DPL : 1], s_stage[ROPE ? 1 + k_run : 1][ROPE ? 32 * DPL : 1];
   __shared__ alignas(16) T s_kf[ROPE ? k_run : 1][ROPE ? 32 * DPL : 1],
