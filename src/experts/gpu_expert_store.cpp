@@ -511,9 +511,9 @@ int64_t GpuExpertStore::ensure(int64_t l, const int32_t* ids, int64_t count, int
 }
 
 void GpuExpertStore::issue_stream_copy(size_t i) {
-  const size_t nbuf = double_buffered() ? 2 : 1, buf = i % nbuf;
+  const size_t buf = i % nbuf();
   // The buffer's previous layer must have been consumed by the compute stream.
-  if (i >= nbuf) copy_.wait(consumed_[buf]), local_.wait(consumed_[buf]);
+  if (i >= nbuf()) copy_.wait(consumed_[buf]), local_.wait(consumed_[buf]);
   stats_.streamed_bytes += copy_layer(order_[i], static_cast<int64_t>(buf) * host_.n_experts);
   copy_.record(copied_[buf]);
   local_.record(local_done_[buf]);
@@ -527,22 +527,23 @@ void GpuExpertStore::stream_begin(const std::vector<int64_t>& order) {
   const char* keep = std::getenv("FT_PREFILL_KEEP_CACHE");
   const int64_t buffers = keep && std::strcmp(keep, "0") == 0
                               ? slots_
-                              : (double_buffered() ? 2 : 1) * host_.n_experts;
+                              : static_cast<int64_t>(nbuf()) * host_.n_experts;
   cache_.drop_slots(buffers);
   if (device_cache_)
     cuda::slot_cache_drop(device_state(), host_.n_layers * host_.n_experts, buffers);
   // Experts cached in the other slots reach the buffers by a copy within the GPU instead of
   // over PCIe (the map is read once per pass; nothing remaps a slot until the pass ends).
+  // FT_PREFILL_D2D=0: every expert over PCIe (cached_ empty).
   const int64_t ids = host_.n_layers * host_.n_experts;
-  cached_.assign(ids, -1);
   const char* v = std::getenv("FT_PREFILL_D2D");
-  if (v && std::strcmp(v, "0") == 0) {
-    cached_.clear();
-  } else if (device_cache_) {
-    cuda::copy_to_host(cached_.data(), d_slot_for_id_.data(), ids * sizeof(int32_t));
-  } else {
-    for (int64_t i = 0; i < ids; ++i)
-      cached_[i] = cache_.slot_of(i / host_.n_experts, static_cast<int32_t>(i % host_.n_experts));
+  cached_.clear();
+  if (!(v && std::strcmp(v, "0") == 0)) {
+    cached_.resize(ids);
+    if (device_cache_)
+      cuda::copy_to_host(cached_.data(), d_slot_for_id_.data(), ids * sizeof(int32_t));
+    else
+      for (int64_t i = 0; i < ids; ++i)
+        cached_[i] = cache_.slot_of(i / host_.n_experts, static_cast<int32_t>(i % host_.n_experts));
   }
   // The first copies overwrite slots that kernels issued before this pass may still read.
   cuda::record_on_default(consumed_[0]);
@@ -550,13 +551,12 @@ void GpuExpertStore::stream_begin(const std::vector<int64_t>& order) {
   local_.wait(consumed_[0]);
   order_ = order;
   next_ = 0;
-  const size_t nbuf = double_buffered() ? 2 : 1;
-  for (size_t i = 0; i < std::min(nbuf, order_.size()); ++i) issue_stream_copy(i);
+  for (size_t i = 0; i < std::min(nbuf(), order_.size()); ++i) issue_stream_copy(i);
 }
 
 cuda::DeviceExperts GpuExpertStore::stream_acquire(int64_t l) {
   FT_CHECK(next_ < order_.size() && order_[next_] == l, "stream_acquire: layer {} out of order", l);
-  const size_t buf = next_ % (double_buffered() ? 2 : 1);
+  const size_t buf = next_ % nbuf();
   cuda::wait_on_default(copied_[buf]);
   cuda::wait_on_default(local_done_[buf]);
   return view(l, static_cast<int64_t>(buf) * host_.n_experts);
@@ -564,10 +564,10 @@ cuda::DeviceExperts GpuExpertStore::stream_acquire(int64_t l) {
 
 void GpuExpertStore::stream_release(int64_t l) {
   FT_CHECK(next_ < order_.size() && order_[next_] == l, "stream_release: layer {}", l);
-  const size_t nbuf = double_buffered() ? 2 : 1, buf = next_ % nbuf;
+  const size_t buf = next_ % nbuf();
   cuda::record_on_default(consumed_[buf]);
   ++next_;
-  if (next_ - 1 + nbuf < order_.size()) issue_stream_copy(next_ - 1 + nbuf);
+  if (next_ - 1 + nbuf() < order_.size()) issue_stream_copy(next_ - 1 + nbuf());
 }
 
 }  // namespace ft

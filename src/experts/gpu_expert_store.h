@@ -161,6 +161,7 @@ class GpuExpertStore {
   // Layer l's experts in slots [first_slot, first_slot + n_experts), each matrix's records
   // back to back (resident layers, streamed buffers).
   cuda::DeviceExperts view(int64_t l, int64_t first_slot) const;
+  size_t nbuf() const { return double_buffered() ? 2 : 1; }  // prefill layer buffers
   void copy_expert(int64_t l, int64_t expert, int64_t slot);
   // Layer l's experts into the buffer at first_slot (cached_ ones from their slots); returns
   // the bytes copied over PCIe.

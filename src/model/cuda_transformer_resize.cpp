@@ -35,8 +35,8 @@ void CudaTransformer::resize_expert_slots(int64_t slots) {
                   std::unique_ptr<cuda::MoeWorkspace>& ws) {
     store = std::make_unique<GpuExpertStore>(host, n, device_cache);
     if (!store->all_resident())
-      ws = std::make_unique<cuda::MoeWorkspace>(cuda::k_gemv_max_tokens, c_.top_k, n, c_.hidden,
-                                                inter);
+      ws = std::make_unique<cuda::MoeWorkspace>(cuda::k_gemv_max_tokens, c_.top_k, n,
+                                                c_.hidden, inter);
   };
   // The retired pool's counters stay in the cumulative stats.
   auto retire = [&] {

@@ -14,14 +14,9 @@
 namespace ft::cpu {
 
 namespace {
+using qsimd::unpack_detail::f16_at;
 
 constexpr int k_rows = 4;  // rows side by side: memory streams sharing each activation load
-
-inline float f16(const uint8_t* p) {
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  return _cvtsh_ss(h);
-}
 
 // Piece j of a format's super-block: the elements a .. a + 31 and b .. b + 31 as one zmm of codes
 // (F::kPieceA[j], F::kPieceB[j]). Lane l of its dot belongs to group a/16 + l/4 (l < 8) or
@@ -55,8 +50,8 @@ struct Q2K {
     const __m512 mn =
         _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(s, 4), m4)));
     // m_g = -dmin * mn_g
-    *accm = _mm512_fnmadd_ps(_mm512_mul_ps(mn, _mm512_set1_ps(f16(p + 82))), sx, *accm);
-    return _mm512_mul_ps(_mm512_mul_ps(sc, _mm512_set1_ps(f16(p + 80))), dx);
+    *accm = _mm512_fnmadd_ps(_mm512_mul_ps(mn, _mm512_set1_ps(f16_at(p + 82))), sx, *accm);
+    return _mm512_mul_ps(_mm512_mul_ps(sc, _mm512_set1_ps(f16_at(p + 80))), dx);
   }
   struct Codes {
     __m512i qs;
@@ -78,7 +73,7 @@ struct Q3K {
     const __m128i s8 = _mm_sub_epi8(
         _mm_set_epi64x(static_cast<int64_t>(hi), static_cast<int64_t>(lo)), _mm_set1_epi8(32));
     const __m512 ws = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(s8)),
-                                    _mm512_set1_ps(f16(p + 108)));
+                                    _mm512_set1_ps(f16_at(p + 108)));
     *accm = _mm512_fnmadd_ps(_mm512_mul_ps(ws, _mm512_set1_ps(4.f)), sx, *accm);  // m = -4 d
     return _mm512_mul_ps(ws, dx);
   }
@@ -190,7 +185,7 @@ struct Q6K {
   static __m512 scales(const uint8_t* p, __m512 dx, __m512 sx, __m512* accm) {
     const __m512 ws = _mm512_mul_ps(
         _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 192)))),
-        _mm512_set1_ps(f16(p + 208)));
+        _mm512_set1_ps(f16_at(p + 208)));
     *accm = _mm512_fnmadd_ps(_mm512_mul_ps(ws, _mm512_set1_ps(32.f)), sx, *accm);  // m = -32 d
     return _mm512_mul_ps(ws, dx);
   }

@@ -40,8 +40,8 @@ namespace ft::cpu::kqavx2 {
 constexpr int k_rows = 4;      // rows side by side (2 measured ~15% slower on Q2_K / Q4_K)
 constexpr int k_ahead = 1024;  // prefetch distance per row
 
+using qsimd::unpack_detail::f16_at;
 inline __m256i load32(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
-inline float f16(const uint8_t* p) { return quant::half_f32(qsimd::unpack_detail::u16_at(p)); }
 
 // Dword j of each 128-bit half takes dword (j + I) % 4.
 template <int I>
@@ -187,7 +187,7 @@ struct Layout<quant::Q3_K> : Bits2 {
     const __m256i b = _mm256_sub_epi8(_mm256_set_epi64x(hi, lo, hi, lo), _mm256_set1_epi8(32));
     sc[0] = spread<lanes<Bits2, 0>(), As::signed_pair>(b), sc[1] = spread<lanes<Bits2, 1>(), As::signed_pair>(b);
   }
-  static __m256 dscale(const uint8_t* p) { return _mm256_set1_ps(f16(p + 108)); }
+  static __m256 dscale(const uint8_t* p) { return _mm256_set1_ps(f16_at(p + 108)); }
 };
 
 // Four rows of 32 nibble bytes, row c at v[c]: set s is nibble s, lane j of half h from row j.
@@ -313,7 +313,7 @@ struct Layout<quant::IQ4_XS> : Blocks32 {
     constexpr std::array<int, 8> t = {0, 1, 2, 3, 4, 5, 6, 7};
     sc[0] = sc[1] = spread<t, As::signed_pair>(b);
   }
-  static __m256 dscale(const uint8_t* p) { return _mm256_set1_ps(f16(p)); }
+  static __m256 dscale(const uint8_t* p) { return _mm256_set1_ps(f16_at(p)); }
 };
 
 // IQ4_NL: 8 blocks of 18 bytes (fp16 d, qs[16]) per super-block.

@@ -56,6 +56,8 @@ inline uint16_t u16_at(const uint8_t* p) {
   std::memcpy(&v, p, 2);
   return v;
 }
+// The fp16 at p as f32 (F16C; exact). static: each kernel file keeps its own copy.
+static inline float f16_at(const uint8_t* p) { return _cvtsh_ss(u16_at(p)); }
 template <int Stride>
 inline __m256 halves8(const uint8_t* p) {
   return _mm256_cvtph_ps(_mm_setr_epi16(
