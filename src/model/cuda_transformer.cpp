@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <initializer_list>
 #include <mutex>
 #include <thread>
 
@@ -52,6 +53,19 @@ size_t resident_bytes(const ModelWeights& w) {
     b += hybrid_resident_bytes(L);
   }
   return b;
+}
+
+// The L2 prefetch of a decode kernel: the matrices later launches read (null ones skipped).
+// FT_L2_PREFETCH=0: none, for A/B runs.
+cuda::L2Prefetch l2_prefetch(std::initializer_list<const cuda::DeviceMatrix*> ms) {
+  static const bool on = [] {
+    const char* v = std::getenv("FT_L2_PREFETCH");
+    return !v || std::strcmp(v, "0") != 0;
+  }();
+  cuda::L2Prefetch p;
+  if (on)
+    for (const cuda::DeviceMatrix* m : ms) p.add(*m);
+  return p;
 }
 }  // namespace
 
@@ -598,7 +612,8 @@ void CudaTransformer::attention_block(int64_t l, std::span<const CudaSeqStep> st
                      .split = attention_split(),
                      .sinks = L.sinks,
                      .window = c_.window(l),
-                     .rope = fused ? cuda::attention_rope(rope) : cuda::AttentionRope{}});
+                     .rope = fused ? cuda::attention_rope(rope) : cuda::AttentionRope{},
+                     .next = l2_prefetch({&L.o, &L.router})});
     if (qg) cuda::attn_output_gate(att, qg, n, c_.n_heads, hd);
     tp_zero_residual(n);  // tensor parallel: ranks > 0 add only their partial
     const cuda::GemvOut o{.w = L.o, .y = x, .bias = L.o_bias, .accumulate = true};

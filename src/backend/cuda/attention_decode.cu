@@ -10,11 +10,14 @@
 // per-head sink logits and a sliding window. Before its PDL wait a block reads pos/seq and
 // prefetches its chunk's first K/V rows into L2, so the cache reads overlap the previous kernel.
 // With AttentionArgs::rope the kernel also does qk_rope_store's work (q/k norm, rotation, the
-// new K/V rows), so a decode layer's attention is one launch after the QKV GEMV.
+// new K/V rows), so a decode layer's attention is one launch after the QKV GEMV. The first
+// token's blocks first prefetch their share of AttentionArgs::next (the O projection and the
+// router) into L2: the attention barely touches HBM, and those GEMVs then read from L2.
 #include <cuda_bf16.h>
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/l2_prefetch.cuh"
 #include "backend/cuda/qk_rope.cuh"
 
 namespace ft::cuda {
@@ -134,6 +137,10 @@ __global__ void __launch_bounds__(32 * k_warps)
                : len;
   const int64_t used = (len + chunk - 1) / chunk;
   const int64_t c0 = k_lo + split * chunk, c1 = min(k_hi, c0 + chunk);
+  // Token 0's chunks prefetch the later GEMVs' weights (not the chunks past the length: with a
+  // long KV capacity those are most of the grid, and a block with a bulk prefetch in flight
+  // apparently keeps its SM slot: DEVELOPERS.md).
+  if (t == 0 && split < used) l2_prefetch_share(a.next, h + gridDim.x * split, gridDim.x * used);
   // A chunk past this token's keys exits at once, before the dependency wait (it reads nothing
   // the previous kernel writes): with a long KV capacity most of the grid's max_splits chunks
   // are such blocks, and waiting they would hold the SM slots the token's real chunks need.

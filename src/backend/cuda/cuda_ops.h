@@ -197,6 +197,25 @@ struct DeviceMatrix {
   float global_scale = 1.f;          // NVFP4: the per-tensor scale
 };
 
+// Weights a decode kernel moves into L2 for later launches while it leaves HBM idle (its blocks
+// share the ranges; sm_90 bulk prefetch, nothing on older GPUs): the attention kernel
+// prefetches the O projection and the router. Only a hint: the readers load the weights either
+// way (l2_prefetch.cuh).
+struct L2Prefetch {
+  static constexpr int k_ranges = 3;
+  const void* p[k_ranges] = {};
+  int64_t bytes[k_ranges] = {};
+  // Appends w's bytes (nothing when w is null or every range is taken).
+  void add(const DeviceMatrix& w) {
+    for (int i = 0; w.data && i < k_ranges; ++i)
+      if (!p[i]) {
+        p[i] = w.data;
+        bytes[i] = w.rows * static_cast<int64_t>(dtype_row_bytes(w.dtype, w.cols));
+        return;
+      }
+  }
+};
+
 // One MoE layer's experts stacked in VRAM: gate/up [n_experts, inter, hidden], down
 // [n_experts, hidden, inter], all one dtype (block-quantized: each matrix is rows of whole
 // blocks, an expert's matrix inter * row bytes; formats without external scales).
@@ -637,6 +656,7 @@ struct AttentionArgs {
   const float* sinks = nullptr;   // BF16 kernels: [n_heads] sink logits (softmax only) or null
   int64_t window = 0;             // BF16 kernels: keys pos - window < key <= pos (0: all)
   AttentionRope rope = {};        // decode with qk_rope_store fused (attention_decode.cu)
+  L2Prefetch next = {};           // decode: weights later launches read (O, the router)
 };
 void attention(const AttentionArgs& a);
 // The BF16-cache kernels attention() dispatches to (checked there).
