@@ -3,11 +3,11 @@
 #include "experts/gpu_expert_store.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <thread>
 
+#include "base/env.h"
 #include "base/error.h"
 #include "base/half.h"
 #include "quant/quant.h"
@@ -524,10 +524,8 @@ void GpuExpertStore::stream_begin(const std::vector<int64_t>& order) {
   // Only the buffers' slots are overwritten: the decode cache in the others stays valid, so
   // decode after a prefill (an agent's next turn) starts warm. FT_PREFILL_KEEP_CACHE=0 drops
   // every mapping instead (the old behaviour, for A/B runs).
-  const char* keep = std::getenv("FT_PREFILL_KEEP_CACHE");
-  const int64_t buffers = keep && std::strcmp(keep, "0") == 0
-                              ? slots_
-                              : static_cast<int64_t>(nbuf()) * host_.n_experts;
+  const int64_t buffers =
+      env_on("FT_PREFILL_KEEP_CACHE") ? static_cast<int64_t>(nbuf()) * host_.n_experts : slots_;
   cache_.drop_slots(buffers);
   if (device_cache_)
     cuda::slot_cache_drop(device_state(), host_.n_layers * host_.n_experts, buffers);
@@ -535,9 +533,8 @@ void GpuExpertStore::stream_begin(const std::vector<int64_t>& order) {
   // over PCIe (the map is read once per pass; nothing remaps a slot until the pass ends).
   // FT_PREFILL_D2D=0: every expert over PCIe (cached_ empty).
   const int64_t ids = host_.n_layers * host_.n_experts;
-  const char* v = std::getenv("FT_PREFILL_D2D");
   cached_.clear();
-  if (!(v && std::strcmp(v, "0") == 0)) {
+  if (env_on("FT_PREFILL_D2D")) {
     cached_.resize(ids);
     if (device_cache_)
       cuda::copy_to_host(cached_.data(), d_slot_for_id_.data(), ids * sizeof(int32_t));

@@ -4,9 +4,8 @@
 // Transformer::shared_expert op for op.
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
-#include <string>
 
+#include "base/env.h"
 #include "base/error.h"
 #include "base/half.h"
 #include "model/cuda_transformer.h"
@@ -114,8 +113,8 @@ void CudaTransformer::alloc_hybrid(int64_t T) {
   dn_qkv_ = floats(T * d.conv_dim()), dn_conv_ = floats(T * d.conv_dim());
   dn_z_ = floats(T * d.value_dim()), dn_out_ = floats(T * d.value_dim());
   dn_b_ = floats(T * d.n_v_heads), dn_a_ = floats(T * d.n_v_heads);
-  const char* env = std::getenv("FT_STATE_CAPTURE");  // 0: chunks end at anchors (A/B runs)
-  n_captures_ = env && std::string(env) == "0" ? 0 : k_state_captures;
+  // FT_STATE_CAPTURE=0: chunks end at anchors (A/B runs)
+  n_captures_ = env_on("FT_STATE_CAPTURE") ? k_state_captures : 0;
   if (n_captures_ > 0) captures_ = floats(n_captures_ * state_stride_);
 }
 

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "backend/cpu/thread_pool.h"
+#include "base/env.h"
 #include "base/error.h"
 #include "base/timer.h"
 #include "experts/cpu_share.h"
@@ -58,10 +59,7 @@ size_t resident_bytes(const ModelWeights& w) {
 // The L2 prefetch of a decode kernel: the matrices later launches read (null ones skipped).
 // FT_L2_PREFETCH=0: none, for A/B runs.
 cuda::L2Prefetch l2_prefetch(std::initializer_list<const cuda::DeviceMatrix*> ms) {
-  static const bool on = [] {
-    const char* v = std::getenv("FT_L2_PREFETCH");
-    return !v || std::strcmp(v, "0") != 0;
-  }();
+  static const bool on = env_on("FT_L2_PREFETCH");
   cuda::L2Prefetch p;
   if (on)
     for (const cuda::DeviceMatrix* m : ms) p.add(*m);
@@ -586,10 +584,7 @@ void CudaTransformer::attention_block(int64_t l, std::span<const CudaSeqStep> st
   // Decode-sized passes: the attention kernel does qk_rope_store's work itself (one launch
   // fewer per layer; a pass's tokens of one sequence are consecutive at consecutive positions,
   // as the kernel needs). FT_FUSED_ROPE=0: the two launches, for A/B runs.
-  static const bool fuse_env = [] {
-    const char* e = std::getenv("FT_FUSED_ROPE");
-    return !e || std::strcmp(e, "0") != 0;
-  }();
+  static const bool fuse_env = env_on("FT_FUSED_ROPE");
   const bool fused = small && fuse_env;
   if (!fused) cuda::qk_rope_store(rope);
   const float scale = 1.f / std::sqrt(static_cast<float>(hd));

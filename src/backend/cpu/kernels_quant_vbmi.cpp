@@ -7,11 +7,11 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 #include <vector>
 
 #include "backend/cpu/quant_simd.h"
+#include "base/env.h"
 #include "base/error.h"
 #include "quant/formats.h"
 
@@ -19,8 +19,7 @@ namespace ft::cpu {
 
 bool vbmi_bf16_ok() {
   static const bool ok = [] {
-    const char* e = std::getenv("FT_QUANT_VBMI");
-    if (e && std::strcmp(e, "0") == 0) return false;
+    if (!env_on("FT_QUANT_VBMI")) return false;
     return __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("avx512bf16") &&
            __builtin_cpu_supports("avx512vnni");
   }();

@@ -8,13 +8,12 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cublas_check.cuh"
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/route.cuh"
+#include "base/env.h"
 
 namespace ft::cuda {
 
@@ -216,10 +215,7 @@ unsigned grid_for(int64_t count) {
 // ---- launchers
 // FT_GEMV_WAVE=0: a block per row group, in as many waves as that takes (A/B runs).
 bool one_wave() {
-  static const bool on = [] {
-    const char* v = std::getenv("FT_GEMV_WAVE");
-    return !v || std::strcmp(v, "0") != 0;
-  }();
+  static const bool on = env_on("FT_GEMV_WAVE");
   return on;
 }
 

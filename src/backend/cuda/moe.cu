@@ -12,11 +12,10 @@
 // silu(gate) * up, SwiGLU fused into its input), then the combine; their prefill matmuls
 // dispatch to quant_gemm.
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_ops.h"
+#include "base/env.h"
 
 namespace ft::cuda {
 
@@ -396,19 +395,13 @@ unsigned stream_grid(int64_t units) {
 
 // FT_MOE_DOWN_AHEAD=0: down_stream_kernel instead of down_ahead_kernel (A/B runs).
 bool down_ahead() {
-  static const bool on = [] {
-    const char* v = std::getenv("FT_MOE_DOWN_AHEAD");
-    return !v || std::strcmp(v, "0") != 0;
-  }();
+  static const bool on = env_on("FT_MOE_DOWN_AHEAD");
   return on;
 }
 
 // FT_MOE_STREAM=0: the block-per-8-rows kernels instead of the streaming ones (A/B runs).
 bool stream_kernels() {
-  static const bool on = [] {
-    const char* v = std::getenv("FT_MOE_STREAM");
-    return !v || std::strcmp(v, "0") != 0;
-  }();
+  static const bool on = env_on("FT_MOE_STREAM");
   return on;
 }
 

@@ -1,11 +1,10 @@
 // Streams, events, graph capture and page-locked host memory: the current-stream plumbing every
 // op launches through, the expert offload copies, and the captured decode step.
-#include <cstdlib>
-#include <string_view>
 #include <utility>
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_ops.h"
+#include "base/env.h"
 
 namespace ft::cuda {
 
@@ -18,8 +17,7 @@ cudaStream_t stream() { return t_stream; }
 
 bool pdl_enabled() {
   static const bool supported = [] {
-    const char* env = std::getenv("FT_CUDA_PDL");
-    if (env && std::string_view(env) == "0") return false;
+    if (!env_on("FT_CUDA_PDL")) return false;
     int dev = 0, major = 0;
     if (cudaGetDevice(&dev) != cudaSuccess) return false;
     if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess)
