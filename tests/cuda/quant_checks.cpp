@@ -183,9 +183,11 @@ std::string check_gemv_mode(DType dt, bool int8_on) {
   // [70, 768]: 24 units per row, several whole rows to a streaming chunk (an expert's down
   // projection in Qwen3-30B-A3B), rows crossing the lanes' 32-unit runs. [24, ~4480]: rows of
   // several streaming chunks and a partial last one for every format (140 units or more).
+  // [7001, 2048]: 64 units per row, the 30B-A3B hidden size, 2-3 rows per warp on an H200 (the
+  // streaming kernel's rows reduced together, RowsRed; a warp's last chunk short).
   std::vector<std::pair<int64_t, int64_t>> shapes = {
       {1, be}, {37, 2 * be}, {300, std::max<int64_t>(1024, 4 * be)},
-      {129, 17 * be}, {70, 768}, {24, (4480 + be - 1) / be * be}};
+      {129, 17 * be}, {70, 768}, {24, (4480 + be - 1) / be * be}, {7001, 2048}};
   if (dt == DType::F8_E4M3_B128) {  // whole 128-column tiles plus one; and a 16-column tail tile
     for (auto& [rows, c0] : shapes) c0 = (c0 + 127) / 128 * 128 + 128;
     shapes.push_back({19, 400});
@@ -597,7 +599,8 @@ std::vector<Check> quant_checks(const std::string& fixtures_dir) {
 // back-to-back launches, so small shapes include the launch gaps. "experts" rows: the 30B-A3B
 // decode expert GEMVs, 8 routed experts of 128 (gate+up [768, 2048] in one launch, down
 // [2048, 768]) through quant_experts_gemv. FT_QUANT_BENCH=NAME,NAME limits the formats;
-// FT_QUANT_BENCH_GRAPH=1 times graph replays instead of host launches.
+// FT_QUANT_BENCH_GRAPH=1 times graph replays instead of host launches; FT_QUANT_BENCH_SHAPE=
+// ROWSxCOLS limits the shapes.
 std::string quant_bandwidth() {
   std::string s;
   const size_t cb = size_t{1} << 30;
@@ -636,9 +639,11 @@ std::string quant_bandwidth() {
     const std::string list = std::string(",") + only + ",";
     std::erase_if(fs, [&](DType d) { return list.find("," + fmt_name(d) + ",") == std::string::npos; });
   }
+  const char* only_shape = std::getenv("FT_QUANT_BENCH_SHAPE");  // e.g. 98304x2048 (for ncu)
   for (DType dt : fs)
     for (const Shape& sh : shapes) {
       const bool ex = sh.experts > 0;
+      if (only_shape && fmt::format("{}x{}", sh.rows, sh.cols) != only_shape) continue;
       if (ex && (dt == DType::BF16 || dt == DType::NVFP4 || dt == DType::F8_E4M3_B128)) continue;
       const size_t mat = dt == DType::BF16 ? sh.rows * sh.cols * 2
                                            : dtype_row_bytes(dt, sh.cols) * sh.rows;

@@ -37,7 +37,10 @@ struct SGeometry {
   static constexpr int k_schunk_bytes = kUB2 >= 40 ? 4096 : 2048;
   static constexpr int kUPL0 = (2 * k_schunk_bytes / 32 + kUB2 / 2) / kUB2;
   static constexpr int kG = unit_group<F>();  // units a lane takes at once
-  static constexpr int kUPL1 = (kUPL0 + kG / 2 - (kG > 1)) / kG * kG;  // nearest multiple (ties down)
+  // The nearest multiple of kG, ties up: Q2_K's 6 -> 8 units per lane (a 2.6 KiB chunk) measured
+  // 73% of the copy bandwidth on 98304x2048 against 61% at 4, now that the per-chunk costs are
+  // the larger part of its instructions (Q3_K's 5 rounds to 4 either way).
+  static constexpr int kUPL1 = (kUPL0 + kG / 2) / kG * kG;
   static constexpr int kUPL = kUPL1 < kG ? kG : (kUPL1 > 8 ? 8 : kUPL1);
   static constexpr int kGPL = kUPL / kG;  // unit groups per lane per chunk
   static constexpr int kCB = 32 * kUPL * kBPU / kUPB;  // blocks per chunk
@@ -205,6 +208,67 @@ __device__ __forceinline__ void chunk_units_at(bool al, const uint8_t* buf, int 
   }
 }
 
+// Rows mode's sums of a chunk's rows when the lanes' values fall in rows by lane bits: R values
+// t[k] per lane (R a power of two, R <= 2 top), value k of lane l in row k * kstride + lrow:
+// with ng < 32 groups per row, top = ng / 2, kstride = 32 / ng and lrow = l / ng; with ng >= 32,
+// top = 16, kstride = 1, lrow = 0 (the caller summed each row's values; RowsRedAt). The R rows
+// are reduced together ("transpose-reduce"): at each of the first log2 R shuffle steps
+// (offsets top, top / 2, ...) a lane keeps the half of its values selected by its lane bit and
+// adds its partner's copy of that half, then a plain butterfly over the offsets left: R - 1 +
+// log2(2 top / R) shuffles for R rows, against log2(2 top) per row. put(row, sum) is called by
+// the one lane per row whose remaining offset bits are 0, so the rows' stores are one
+// instruction (the per-row warp sums and stores were ~30% of IQ4_NL's instructions on
+// 98304x2048).
+struct RowsRedAt {
+  int top, kstride, lrow;
+};
+template <int R, class Put>
+__device__ __forceinline__ void rows_reduce(float (&t)[R], RowsRedAt at, int lane, Put&& put) {
+  const int top = at.top;
+  int k = 0, o = top;
+#pragma unroll
+  for (int n = R; n > 1; n /= 2, o >>= 1) {
+    const bool up = (lane & o) != 0;
+#pragma unroll
+    for (int j = 0; j < n / 2; ++j) {
+      const float send = up ? t[j] : t[j + n / 2], keep = up ? t[j + n / 2] : t[j];
+      t[j] = keep + __shfl_xor_sync(0xffffffffu, send, o);
+    }
+    if (up) k += n / 2;
+  }
+  float s = t[0];
+  for (int b = o; b >= 1; b >>= 1) s += __shfl_xor_sync(0xffffffffu, s, b);
+  if ((lane & (2 * o - 1)) == 0) put(k * at.kstride + at.lrow, s);
+}
+
+// The rows-mode reduction classes (warp-uniform; see rows_reduce): ng groups per row, GPL per
+// lane (a power of two, else GENERAL). WIDE<Q>: ng = 32 Q, R = GPL / Q rows per chunk; NARROW:
+// ng a power of two in [GPL, 16], R = GPL; GENERAL: a warp sum per row.
+enum class RowsRed { GENERAL, WIDE1, WIDE2, WIDE4, WIDE8, NARROW };
+template <int GPL>
+__host__ __device__ inline RowsRed rows_red(int ng) {
+  const bool pow2 = (GPL & (GPL - 1)) == 0;  // R must be a power of two
+  if (pow2 && ng == 32 && 1 < GPL) return RowsRed::WIDE1;
+  if (pow2 && ng == 64 && 2 < GPL) return RowsRed::WIDE2;
+  if (pow2 && ng == 128 && 4 < GPL) return RowsRed::WIDE4;
+  if (pow2 && ng == 256 && 8 < GPL) return RowsRed::WIDE8;
+  if (pow2 && ng >= GPL && ng <= 16 && (ng & (ng - 1)) == 0) return RowsRed::NARROW;
+  return RowsRed::GENERAL;
+}
+template <int GPL, int Q, class Put>
+__device__ __forceinline__ void rows_wide(const float (&v)[GPL], int lane, Put&& put) {
+  if constexpr (Q < GPL) {
+    float t[GPL / Q];
+#pragma unroll
+    for (int k = 0; k < GPL / Q; ++k) {
+      t[k] = v[k * Q];
+#pragma unroll
+      for (int j = 1; j < Q; ++j) t[k] += v[k * Q + j];
+    }
+    rows_reduce<GPL / Q>(t, RowsRedAt{16, 1, 0}, lane, put);
+  }
+}
+
 template <class F>
 __global__ void __launch_bounds__(k_threads, 3) qgemv_stream_kernel(const __grid_constant__ QParams p) {
   using Gm = SGeometry<F>;
@@ -225,6 +289,9 @@ __global__ void __launch_bounds__(k_threads, 3) qgemv_stream_kernel(const __grid
   const int units = nb * Gm::kUPB / Gm::kBPU;
   const bool rows_mode = 2 * units <= 32 * UPL && 32 * UPL <= 16 * units;
   const int rpc = rows_mode ? 32 * UPL / units : 1;
+  const RowsRed red = rows_mode ? rows_red<GPL>(units / G) : RowsRed::GENERAL;
+  const int ngr = units / G < 32 ? units / G : 32;  // NARROW's lanes per row (divisions once)
+  const RowsRedAt narrow{ngr / 2, 32 / ngr, lane / ngr};
   int rowi[GPL], jrow[GPL];
 #pragma unroll
   for (int i = 0; i < GPL; ++i) {
@@ -232,26 +299,33 @@ __global__ void __launch_bounds__(k_threads, 3) qgemv_stream_kernel(const __grid
     rowi[i] = rows_mode ? u / units : 0;
     jrow[i] = rows_mode ? u - rowi[i] * units : 0;
   }
-  const int64_t total = p.rows0[p.count];
-  const int64_t r0 = (int64_t{blockIdx.x} * k_warps + warp) * p.rows_per_warp;
-  const int64_t r1 = r0 + p.rows_per_warp < total ? r0 + p.rows_per_warp : total;
+  // Row indices are 32-bit (launch_f checks the total): the cursors' compares and steps are
+  // single instructions.
+  const int total = static_cast<int>(p.rows0[p.count]);
+  const int r0 = (static_cast<int>(blockIdx.x) * k_warps + warp) * p.rows_per_warp;
+  const int r1 = r0 + p.rows_per_warp < total ? r0 + p.rows_per_warp : total;
   size_t eoff = 0;  // experts form: the slot's expert
 
-  // A cursor over the warp's chunks: row r (of matrix m) and chunk c of the row; row: the row's
-  // first byte, end: matrix m's end, lim: the warp's last row + 1 in matrix m. Rows of a matrix
-  // are contiguous, so it steps by pointer, locating a matrix only when it enters one.
+  // A cursor over the warp's chunks: row r (of matrix m) and chunk c of the row; abase: matrix
+  // m's first byte rounded down to 16, off: the row's first byte and end: the matrix's end, in
+  // bytes from abase (32-bit: launch_f checks the sizes); lim: the warp's last row + 1 in matrix
+  // m. Rows of a matrix are contiguous, so it steps by offset, locating a matrix only when it
+  // enters one.
+  const uint32_t rb = static_cast<uint32_t>(p.row_bytes);
   struct Cur {
-    int64_t r, lim;
-    int m, c;
-    const uint8_t* row;
-    const uint8_t* end;
+    int r, lim, m, c;
+    const uint8_t* abase;
+    uint32_t off, end;
   };
   auto locate = [&](Cur& k) {
     while (k.m + 1 < p.count && k.r >= p.rows0[k.m + 1]) ++k.m;
     const uint8_t* base = p.w[k.m] + eoff;
-    k.row = base + (k.r - p.rows0[k.m]) * p.row_bytes;
-    k.end = base + p.rows[k.m] * p.row_bytes;
-    k.lim = r1 < p.rows0[k.m + 1] ? r1 : p.rows0[k.m + 1];
+    const uint32_t mis = static_cast<uint32_t>(reinterpret_cast<uintptr_t>(base) & 15);
+    const int rm0 = static_cast<int>(p.rows0[k.m]), rm1 = static_cast<int>(p.rows0[k.m + 1]);
+    k.abase = base - mis;
+    k.off = mis + static_cast<uint32_t>(k.r - rm0) * rb;
+    k.end = mis + static_cast<uint32_t>(rm1 - rm0) * rb;
+    k.lim = r1 < rm1 ? r1 : rm1;
   };
   auto start = [&](Cur& k) {
     k.r = r0, k.m = 0, k.c = 0;
@@ -260,7 +334,7 @@ __global__ void __launch_bounds__(k_threads, 3) qgemv_stream_kernel(const __grid
   // The chunk at k: its rows (within the warp's range and the matrix), first block and blocks.
   auto span = [&](const Cur& k, int& nrows, int& b0, int& nbc) {
     if (rows_mode) {
-      nrows = static_cast<int>(k.lim - k.r < rpc ? k.lim - k.r : rpc);
+      nrows = k.lim - k.r < rpc ? k.lim - k.r : rpc;
       b0 = 0, nbc = nrows * nb;
     } else {
       nrows = 1, b0 = k.c * CB, nbc = nb - b0 < CB ? nb - b0 : CB;
@@ -268,9 +342,9 @@ __global__ void __launch_bounds__(k_threads, 3) qgemv_stream_kernel(const __grid
   };
   auto advance = [&](Cur& k, int nrows) {
     if (rows_mode) {
-      k.r += nrows, k.row += static_cast<size_t>(nrows) * p.row_bytes;
+      k.r += nrows, k.off += static_cast<uint32_t>(nrows) * rb;
     } else if (++k.c == nchunk) {
-      k.c = 0, ++k.r, k.row += p.row_bytes;
+      k.c = 0, ++k.r, k.off += rb;
     }
     if (k.r >= k.lim && k.r < r1) locate(k);  // the next matrix
   };
@@ -283,13 +357,12 @@ __global__ void __launch_bounds__(k_threads, 3) qgemv_stream_kernel(const __grid
     if (ld.r < r1) {
       int nrows, b0, nbc;
       span(ld, nrows, b0, nbc);
-      const uint8_t* src = ld.row + b0 * BB;
-      const uint8_t* al =
-          reinterpret_cast<const uint8_t*>(reinterpret_cast<uintptr_t>(src) & ~uintptr_t{15});
-      const int nv = (static_cast<int>(src - al) + nbc * BB + 15) / 16;
+      const uint32_t so = ld.off + static_cast<uint32_t>(b0 * BB), ao = so & ~15u;
+      const int nv = static_cast<int>((so - ao + static_cast<uint32_t>(nbc * BB) + 15) >> 4);
       const uint32_t dst = sbuf + ist * BUF;  // lane's first vector, then every 512 bytes
-      const uint8_t* g = al + 16 * lane;
-      if (al + 16 * nv <= ld.end) {  // whole vectors inside the matrix: no size operand
+      const uint32_t go = ao + 16 * lane;
+      const uint8_t* g = ld.abase + go;
+      if (ao + 16 * static_cast<uint32_t>(nv) <= ld.end) {  // whole vectors in the matrix
 #pragma unroll
         for (int j = 0; j < Gm::kVpl; ++j)
           if (lane + 32 * j < nv) cp_async16(dst + 512 * j, g + 512 * j);
@@ -297,8 +370,9 @@ __global__ void __launch_bounds__(k_threads, 3) qgemv_stream_kernel(const __grid
 #pragma unroll
         for (int j = 0; j < Gm::kVpl; ++j) {
           if (lane + 32 * j < nv) {
-            const int64_t left = ld.end - (g + 512 * j);
-            cp_async16(dst + 512 * j, g + 512 * j, left >= 16 ? 16 : (left > 0 ? static_cast<int>(left) : 0));
+            const int64_t left = int64_t{ld.end} - (go + 512 * j);
+            const int n = left >= 16 ? 16 : (left > 0 ? static_cast<int>(left) : 0);
+            cp_async16(dst + 512 * j, g + 512 * j, n);
           }
         }
       }
@@ -319,7 +393,7 @@ __global__ void __launch_bounds__(k_threads, 3) qgemv_stream_kernel(const __grid
     const int64_t s = blockIdx.y, e = p.ids[s];
     yoff = s * p.y_slot;
     if (e < 0) {  // computed elsewhere: contributes nothing
-      for (int64_t r = r0 + lane; r < r1; r += 32) {
+      for (int r = r0 + lane; r < r1; r += 32) {
         int m = 0;
         while (m + 1 < p.count && r >= p.rows0[m + 1]) ++m;
         p.y[m][yoff + r - p.rows0[m]] = 0.f;
@@ -338,9 +412,8 @@ __global__ void __launch_bounds__(k_threads, 3) qgemv_stream_kernel(const __grid
 
   const float4* xscales = reinterpret_cast<const float4*>(xsm + 32 * sunits<G>(cols));
   const Tables tb = tables<F>(threadIdx.x >> 10);  // a runtime 0 per thread (not a uniform register)
-  auto store = [&](int m, int64_t r, float s) {  // row r (of the whole run) of matrix m is done
-    if (lane != 0) return;
-    const int64_t row = r - p.rows0[m];
+  auto store = [&](int m, int r, float s) {  // row r (of the whole run) of matrix m is done
+    const int row = r - static_cast<int>(p.rows0[m]);
     if constexpr (quant_ext<F>() == QuantExt::GLOBAL) s *= p.gscale[m];
     if (p.bias[m]) s += p.bias[m][row];
     float* o = p.y[m] + yoff + row;
@@ -356,8 +429,7 @@ __global__ void __launch_bounds__(k_threads, 3) qgemv_stream_kernel(const __grid
     __syncwarp();
     int nrows, b0, nbc;
     span(cp, nrows, b0, nbc);
-    const uint8_t* src = cp.row + b0 * BB;
-    const uint8_t* buf = wbuf + cst * BUF + (reinterpret_cast<uintptr_t>(src) & 15);
+    const uint8_t* buf = wbuf + cst * BUF + ((cp.off + static_cast<uint32_t>(b0 * BB)) & 15);
     cst = cst + 1 == S ? 0 : cst + 1;
     const int nu = nbc * Gm::kUPB / Gm::kBPU;
     const int64_t xu0 = int64_t{b0} * Gm::kUPB / Gm::kBPU;
@@ -369,19 +441,30 @@ __global__ void __launch_bounds__(k_threads, 3) qgemv_stream_kernel(const __grid
     else
       chunk_units_at<F, false>(al, buf, nu, xu0, jrow, xsm, xscales, lane, tb, v);
     __syncwarp();
-    if (rows_mode) {  // whole rows: a warp sum per row over the lanes' units in it
+    if (rows_mode && red != RowsRed::GENERAL) {  // whole rows, reduced together
+      auto put = [&](int rr, float sum) {
+        if (rr < nrows) store(cp.m, cp.r + rr, sum);
+      };
+      if (red == RowsRed::NARROW) rows_reduce<GPL>(v, narrow, lane, put);
+      else if (red == RowsRed::WIDE1) rows_wide<GPL, 1>(v, lane, put);
+      else if (red == RowsRed::WIDE2) rows_wide<GPL, 2>(v, lane, put);
+      else if (red == RowsRed::WIDE4) rows_wide<GPL, 4>(v, lane, put);
+      else rows_wide<GPL, 8>(v, lane, put);
+    } else if (rows_mode) {  // whole rows: a warp sum per row over the lanes' units in it
       for (int rr = 0; rr < nrows; ++rr) {
         float t = 0.f;
 #pragma unroll
         for (int i = 0; i < GPL; ++i)
           if (rowi[i] == rr) t += v[i];
-        store(cp.m, cp.r + rr, warp_sum(t));
+        t = warp_sum(t);
+        if (lane == 0) store(cp.m, cp.r + rr, t);
       }
     } else {
 #pragma unroll
       for (int i = 0; i < GPL; ++i) acc += v[i];
       if (cp.c + 1 == nchunk) {
-        store(cp.m, cp.r, warp_sum(acc));
+        acc = warp_sum(acc);
+        if (lane == 0) store(cp.m, cp.r, acc);
         acc = 0.f;
       }
     }
@@ -417,6 +500,10 @@ bool launch_f(QParams& p, int64_t slots) {
   p.rows0[0] = 0;
   for (int m = 0; m < p.count; ++m) p.rows0[m + 1] = p.rows0[m] + p.rows[m];
   const int64_t total = p.rows0[p.count];
+  if (total >= (int64_t{1} << 30)) return false;  // the kernel's row indices are 32-bit
+  for (int m = 0; m < p.count; ++m)  // and its byte offsets in a matrix
+    if (static_cast<uint64_t>(p.rows[m]) * p.row_bytes >= (uint64_t{1} << 32) - (1 << 20))
+      return false;
   const int64_t warps = std::max<int64_t>(int64_t{sms} * bps * k_warps / s, 1);  // per slot
   p.rows_per_warp = static_cast<int>((total + warps - 1) / warps);
   const int64_t used = (total + p.rows_per_warp - 1) / p.rows_per_warp;
