@@ -428,10 +428,11 @@ struct QuantExpertGemv {
   int64_t rows, cols, y_slot;
   size_t expert_stride = 0;  // bytes from one expert to the next (0: rows * row bytes; h6f)
   const float* x_up = nullptr;  // non-null: the input is silu(x) * x_up (x_up laid out as x)
-  // fp8_experts_gemv only: the scale tiles' offset in each expert's record (ExpertRecord), and
+  // fp8_experts_gemv only: the scale tiles' offset in each expert's record (ExpertRecord).
   // ids_early: the ids were final before the previous kernel on the stream started (e.g. down
   // after gate+up: every PDL kernel waits for its predecessor before it lets the next one
-  // start), so the kernel reads them and starts its weight loads before its PDL wait.
+  // start), so the kernel reads them and starts its weight loads before its PDL wait (the FP8
+  // kernel and the one-token streaming kernel; the others read them after it).
   size_t scale_offset = 0;
   bool ids_early = false;
 };

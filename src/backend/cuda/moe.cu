@@ -334,6 +334,8 @@ __global__ void __launch_bounds__(k_stream_threads, 4)
 __global__ void combine_kernel(const float* __restrict__ d, const int32_t* __restrict__ slot_row,
                                const float* __restrict__ w, int top_k, int64_t hidden,
                                bool accumulate, float* __restrict__ out) {
+  pdl_wait();
+  pdl_trigger();
   const int64_t t = blockIdx.x;
   for (int64_t j = threadIdx.x; j < hidden; j += blockDim.x) {
     float o = 0.f;
@@ -477,10 +479,10 @@ void decode_quant(const DeviceExperts& e, const MoeArgs& a, MoeWorkspace& ws) {
   quant_experts_gemv({.x = act, .x_slot = I, .x_div = 1, .ids = a.ids, .slots = slots,
                       .w = {e.down, nullptr}, .y = {d, nullptr}, .count = 1, .dtype = e.dtype,
                       .rows = H, .cols = I, .y_slot = H,
-                      .x_up = a.oss ? nullptr : up});  // on silu(act) * up
-  combine_kernel<<<static_cast<unsigned>(a.n), 256, 0, stream()>>>(d, nullptr, a.weights, k, H,
-                                                                   a.accumulate, a.out);
-  CUDA_CHECK_LAUNCH();
+                      .x_up = a.oss ? nullptr : up,  // on silu(act) * up
+                      .ids_early = true});  // final since before gate+up started
+  launch_kernel(combine_kernel, dim3(static_cast<unsigned>(a.n)), dim3(256), 0, d, nullptr,
+                a.weights, k, H, a.accumulate, a.out);
 }
 
 void prefill(Blas& blas, const DeviceExperts& e, const MoeArgs& a, MoeWorkspace& ws) {

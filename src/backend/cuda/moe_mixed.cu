@@ -90,6 +90,8 @@ __global__ void experts_gemv_float(const __grid_constant__ ExpertGemvArgs a) {
 // out[t] (+)= sum_k w[t, k] * d[t * top_k + k], k ascending.
 __global__ void combine_slots(const float* __restrict__ d, const float* __restrict__ w, int top_k,
                               int64_t hidden, bool accumulate, float* __restrict__ out) {
+  pdl_wait();
+  pdl_trigger();
   const int64_t t = blockIdx.x;
   for (int64_t j = threadIdx.x; j < hidden; j += blockDim.x) {
     float o = 0.f;
@@ -167,19 +169,26 @@ void moe_decode_mixed(const DeviceExperts& e, const MoeArgs& a, MoeWorkspace& ws
     matrix_gemv(e, 0, a.x, H, k, a.ids, slots, act);
     matrix_gemv(e, 1, a.x, H, k, a.ids, slots, up);
   }
-  // FP8 down: silu(gate) * up fused into its input staging
-  if (!(e.type(2) == f8 &&
-        fp8_experts_gemv({.x = act, .x_slot = I, .x_div = 1, .ids = a.ids, .slots = slots,
-                          .w = {e.down, nullptr}, .y = {d, nullptr}, .count = 1, .dtype = f8,
-                          .rows = H, .cols = I, .y_slot = H, .expert_stride = e.expert_stride(2),
-                          .x_up = up, .scale_offset = expert_record(f8, H, I).scale_offset,
-                          .ids_early = true}))) {
+  // Down on silu(gate) * up fused into its input (FP8: its staging; block formats: the int8
+  // rounding), weights in flight before its PDL wait (the ids were final before gate+up began).
+  const DType td = e.type(2);
+  if (dtype_is_quant(td) && !external_scales(td)) {
+    quant_experts_gemv({.x = act, .x_slot = I, .x_div = 1, .ids = a.ids, .slots = slots,
+                        .w = {e.down, nullptr}, .y = {d, nullptr}, .count = 1, .dtype = td,
+                        .rows = H, .cols = I, .y_slot = H, .expert_stride = e.expert_stride(2),
+                        .x_up = up, .ids_early = true});
+  } else if (!(td == f8 &&
+               fp8_experts_gemv({.x = act, .x_slot = I, .x_div = 1, .ids = a.ids,
+                                 .slots = slots, .w = {e.down, nullptr}, .y = {d, nullptr},
+                                 .count = 1, .dtype = f8, .rows = H, .cols = I, .y_slot = H,
+                                 .expert_stride = e.expert_stride(2), .x_up = up,
+                                 .scale_offset = expert_record(f8, H, I).scale_offset,
+                                 .ids_early = true}))) {
     silu_mul(act, up, slots * I, act);
     matrix_gemv(e, 2, act, I, 1, a.ids, slots, d);
   }
-  combine_slots<<<static_cast<unsigned>(a.n), 256, 0, stream()>>>(d, a.weights, k, H, a.accumulate,
-                                                                  a.out);
-  CUDA_CHECK_LAUNCH();
+  launch_kernel(combine_slots, dim3(static_cast<unsigned>(a.n)), dim3(256), 0, d, a.weights, k,
+                H, a.accumulate, a.out);
 }
 
 }  // namespace ft::cuda

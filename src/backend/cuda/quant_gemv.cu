@@ -226,6 +226,7 @@ static qgemv::QParams experts_params(const QuantExpertGemv& a) {
   }
   p.ids = a.ids, p.expert_bytes = a.expert_stride ? a.expert_stride : a.rows * rb;
   p.x_div = a.x_div, p.x_slot = a.x_slot, p.y_slot = a.y_slot, p.x_up = a.x_up;
+  p.ids_early = a.ids_early;
   return p;
 }
 

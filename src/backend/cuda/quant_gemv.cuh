@@ -36,6 +36,10 @@ struct QParams {
   int x_div;
   int64_t x_slot, y_slot;
   const float* x_up = nullptr;  // non-null: the input is silu(x) * x_up (strides as x)
+  // Experts form: the ids were final before the previous kernel started
+  // (QuantExpertGemv::ids_early), so the streaming kernel reads them and issues its first
+  // weight chunks before its PDL wait.
+  bool ids_early = false;
   // int8 kernel: a block covers row_iters groups of k_warps * k_rows_per_warp rows (the f32
   // kernel: one).
   int row_iters = 1;

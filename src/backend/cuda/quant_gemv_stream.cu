@@ -385,12 +385,19 @@ __global__ void __launch_bounds__(k_threads, 3) qgemv_stream_kernel(const __grid
   const float* x = p.x;
   const float* xu = p.x_up;
   int64_t yoff = 0;
-  if (!p.ids)  // weights are immutable: in flight before the wait
+  // Weights are immutable: in flight before the wait, an expert's too when its id is already
+  // final (ids_early).
+  const int64_t e_early = p.ids && p.ids_early ? p.ids[blockIdx.y] : -1;
+  if (e_early >= 0) {
+    eoff = static_cast<size_t>(e_early) * p.expert_bytes;
+    start(ld);
+  }
+  if (!p.ids || e_early >= 0)
     for (int k = 0; k < S - 1; ++k) issue();
   pdl_wait();
   pdl_trigger();
   if (p.ids) {
-    const int64_t s = blockIdx.y, e = p.ids[s];
+    const int64_t s = blockIdx.y, e = p.ids_early ? e_early : p.ids[s];
     yoff = s * p.y_slot;
     if (e < 0) {  // computed elsewhere: contributes nothing
       for (int r = r0 + lane; r < r1; r += 32) {
@@ -400,11 +407,13 @@ __global__ void __launch_bounds__(k_threads, 3) qgemv_stream_kernel(const __grid
       }
       return;
     }
-    eoff = static_cast<size_t>(e) * p.expert_bytes;
-    start(ld);
+    if (!p.ids_early) {
+      eoff = static_cast<size_t>(e) * p.expert_bytes;
+      start(ld);
+      for (int k = 0; k < S - 1; ++k) issue();
+    }
     x += (s / p.x_div) * p.x_slot;
     if (xu) xu += (s / p.x_div) * p.x_slot;
-    for (int k = 0; k < S - 1; ++k) issue();
   }
   quantize_acts32<F>(x, xu, cols, xsm);
   __syncthreads();
