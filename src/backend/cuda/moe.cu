@@ -15,6 +15,7 @@
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/moe_combine.cuh"
 #include "base/env.h"
 
 namespace ft::cuda {
@@ -330,7 +331,7 @@ __global__ void __launch_bounds__(k_stream_threads, 4)
   }
 }
 
-// out[t] = sum_k w[t, k] * d[row(t, k)], k ascending; row = slot_row[slot] or the slot itself.
+// combine_slots (moe_combine.cuh): a block per token.
 __global__ void combine_kernel(const float* __restrict__ d, const int32_t* __restrict__ slot_row,
                                const float* __restrict__ w, int top_k, int64_t hidden,
                                bool accumulate, float* __restrict__ out) {
@@ -481,8 +482,7 @@ void decode_quant(const DeviceExperts& e, const MoeArgs& a, MoeWorkspace& ws) {
                       .rows = H, .cols = I, .y_slot = H,
                       .x_up = a.oss ? nullptr : up,  // on silu(act) * up
                       .ids_early = true});  // final since before gate+up started
-  launch_kernel(combine_kernel, dim3(static_cast<unsigned>(a.n)), dim3(256), 0, d, nullptr,
-                a.weights, k, H, a.accumulate, a.out);
+  combine_slots(d, nullptr, a.weights, k, H, a.n, a.accumulate, a.out);
 }
 
 void prefill(Blas& blas, const DeviceExperts& e, const MoeArgs& a, MoeWorkspace& ws) {
@@ -529,10 +529,15 @@ void prefill(Blas& blas, const DeviceExperts& e, const MoeArgs& a, MoeWorkspace&
     const int64_t r0 = ws.host_offsets[ex], cnt = ws.host_offsets[ex + 1] - r0;
     if (cnt > 0) matmul(blas, act + r0 * I, cnt, mat(2, ex), d + r0 * H);
   }
-  combine_kernel<<<static_cast<unsigned>(a.n), 256, 0, stream()>>>(d, slot_row, a.weights, k, H, a.accumulate, a.out);
-  CUDA_CHECK_LAUNCH();
+  combine_slots(d, slot_row, a.weights, k, H, a.n, a.accumulate, a.out);
 }
 }  // namespace
+
+void combine_slots(const float* d, const int32_t* slot_row, const float* w, int top_k,
+                   int64_t hidden, int64_t tokens, bool accumulate, float* out) {
+  launch_kernel(combine_kernel, dim3(static_cast<unsigned>(tokens)), dim3(256), 0, d, slot_row, w,
+                top_k, hidden, accumulate, out);
+}
 
 MoeWorkspace::MoeWorkspace(int64_t max_tokens_, int64_t top_k_, int64_t n_experts_, int64_t hidden_,
                            int64_t inter_)

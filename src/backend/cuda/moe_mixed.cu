@@ -8,6 +8,7 @@
 // (graph-capturable).
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/moe_combine.cuh"
 #include "backend/cuda/quant_device.cuh"
 
 namespace ft::cuda {
@@ -85,19 +86,6 @@ __global__ void experts_gemv_float(const __grid_constant__ ExpertGemvArgs a) {
   for (int64_t j = threadIdx.x; j < a.cols; j += 32) acc = fmaf(to_f32(row[j]), x[j], acc);
   acc = warp_sum(acc);
   if (threadIdx.x == 0) *y = acc;
-}
-
-// out[t] (+)= sum_k w[t, k] * d[t * top_k + k], k ascending.
-__global__ void combine_slots(const float* __restrict__ d, const float* __restrict__ w, int top_k,
-                              int64_t hidden, bool accumulate, float* __restrict__ out) {
-  pdl_wait();
-  pdl_trigger();
-  const int64_t t = blockIdx.x;
-  for (int64_t j = threadIdx.x; j < hidden; j += blockDim.x) {
-    float o = 0.f;
-    for (int k = 0; k < top_k; ++k) o += w[t * top_k + k] * d[(t * top_k + k) * hidden + j];
-    out[t * hidden + j] = accumulate ? out[t * hidden + j] + o : o;
-  }
 }
 
 bool external_scales(DType t) { return t == DType::F8_E4M3_B128 || t == DType::NVFP4; }
@@ -187,8 +175,7 @@ void moe_decode_mixed(const DeviceExperts& e, const MoeArgs& a, MoeWorkspace& ws
     silu_mul(act, up, slots * I, act);
     matrix_gemv(e, 2, act, I, 1, a.ids, slots, d);
   }
-  launch_kernel(combine_slots, dim3(static_cast<unsigned>(a.n)), dim3(256), 0, d, a.weights, k,
-                H, a.accumulate, a.out);
+  combine_slots(d, nullptr, a.weights, k, H, a.n, a.accumulate, a.out);
 }
 
 }  // namespace ft::cuda

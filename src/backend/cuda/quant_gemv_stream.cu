@@ -242,16 +242,16 @@ __device__ __forceinline__ void rows_reduce(float (&t)[R], RowsRedAt at, int lan
 }
 
 // The rows-mode reduction classes (warp-uniform; see rows_reduce): ng groups per row, GPL per
-// lane (a power of two, else GENERAL). WIDE<Q>: ng = 32 Q, R = GPL / Q rows per chunk; NARROW:
-// ng a power of two in [GPL, 16], R = GPL; GENERAL: a warp sum per row.
-enum class RowsRed { GENERAL, WIDE1, WIDE2, WIDE4, WIDE8, NARROW };
+// lane (a power of two <= 8, else GENERAL). WIDE<Q>: ng = 32 Q, R = GPL / Q rows per chunk;
+// NARROW: ng a power of two in [GPL, 16], R = GPL; GENERAL: a warp sum per row.
+enum class RowsRed { GENERAL, WIDE1, WIDE2, WIDE4, NARROW };
 template <int GPL>
-__host__ __device__ inline RowsRed rows_red(int ng) {
+__device__ inline RowsRed rows_red(int ng) {
+  static_assert(GPL <= 8, "SGeometry caps the units per lane at 8");
   const bool pow2 = (GPL & (GPL - 1)) == 0;  // R must be a power of two
   if (pow2 && ng == 32 && 1 < GPL) return RowsRed::WIDE1;
   if (pow2 && ng == 64 && 2 < GPL) return RowsRed::WIDE2;
   if (pow2 && ng == 128 && 4 < GPL) return RowsRed::WIDE4;
-  if (pow2 && ng == 256 && 8 < GPL) return RowsRed::WIDE8;
   if (pow2 && ng >= GPL && ng <= 16 && (ng & (ng - 1)) == 0) return RowsRed::NARROW;
   return RowsRed::GENERAL;
 }
@@ -457,8 +457,7 @@ __global__ void __launch_bounds__(k_threads, 3) qgemv_stream_kernel(const __grid
       if (red == RowsRed::NARROW) rows_reduce<GPL>(v, narrow, lane, put);
       else if (red == RowsRed::WIDE1) rows_wide<GPL, 1>(v, lane, put);
       else if (red == RowsRed::WIDE2) rows_wide<GPL, 2>(v, lane, put);
-      else if (red == RowsRed::WIDE4) rows_wide<GPL, 4>(v, lane, put);
-      else rows_wide<GPL, 8>(v, lane, put);
+      else rows_wide<GPL, 4>(v, lane, put);
     } else if (rows_mode) {  // whole rows: a warp sum per row over the lanes' units in it
       for (int rr = 0; rr < nrows; ++rr) {
         float t = 0.f;
