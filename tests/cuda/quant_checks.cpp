@@ -184,7 +184,9 @@ std::string check_gemv_mode(DType dt, bool int8_on) {
   // projection in Qwen3-30B-A3B), rows crossing the lanes' 32-unit runs. [24, ~4480]: rows of
   // several streaming chunks and a partial last one for every format (140 units or more).
   // [7001, 2048]: 64 units per row, the 30B-A3B hidden size, 2-3 rows per warp on an H200 (the
-  // streaming kernel's rows reduced together, RowsRed; a warp's last chunk short).
+  // streaming kernel's rows reduced together, RowsRed; a warp's last chunk short). MXFP4 and
+  // NVFP4 take the streaming kernel's Wide groups on the multiples of 128 / 64 columns and
+  // single blocks on the others (32, 544 / 32, 272).
   std::vector<std::pair<int64_t, int64_t>> shapes = {
       {1, be}, {37, 2 * be}, {300, std::max<int64_t>(1024, 4 * be)},
       {129, 17 * be}, {70, 768}, {24, (4480 + be - 1) / be * be}, {7001, 2048}};

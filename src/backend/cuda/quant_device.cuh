@@ -31,11 +31,27 @@ struct FP8_B128 {
   static constexpr int kElems = 16;
 };
 
+// Format F read by the one-token streaming GEMV in wider lane groups (quant_dot32.cuh's
+// Group<Wide<F>>: several blocks, or a whole K-quant block, per lane at once); the same blocks
+// and traits as F. format_of<F> is the format itself.
+template <class F>
+struct Wide : F {};
+template <class F>
+struct FormatOf {
+  using type = F;
+};
+template <class F>
+struct FormatOf<Wide<F>> {
+  using type = F;
+};
+template <class F>
+using format_of = typename FormatOf<F>::type;
+
 // A scale the block does not carry: NVFP4's per-tensor global scale, FP8's per-tile scale_inv.
 enum class QuantExt { NONE, GLOBAL, TILE128 };
 template <class F>
 constexpr QuantExt quant_ext() {
-  if constexpr (std::is_same_v<F, quant::NVFP4>) return QuantExt::GLOBAL;
+  if constexpr (std::is_same_v<format_of<F>, quant::NVFP4>) return QuantExt::GLOBAL;
   if constexpr (std::is_same_v<F, FP8_B128>) return QuantExt::TILE128;
   return QuantExt::NONE;
 }

@@ -6,8 +6,9 @@
 // this one's math runs; rows of 1/16 to 1/2 of a chunk go several to a chunk, summed per row
 // over the lanes that hold its units). Every lane takes whole groups of G consecutive
 // 32-element units (quant_dot32.cuh: a unit is a 32-element block, a 256-element block's
-// sub-block, two NVFP4 blocks; G = unit_group<F>: 1, or the 2 or 4 sub-blocks of a K-quant
-// block that share its code bytes), lane l the chunk's groups l, l + 32, ...; the activations
+// sub-block, two NVFP4 blocks; G = unit_group<F>: 1, the 2, 4 or 8 sub-blocks of a K-quant
+// block that share its code bytes, or 4 blocks for Wide<F>: MXFP4 / NVFP4 rows of whole
+// groups), lane l the chunk's groups l, l + 32, ...; the activations
 // are quantized per block into shared memory once (int8 codes in the format's order, scales
 // per 16 elements, or per 32 for the nibble-codebook formats, XUnit).
 #include <algorithm>
@@ -39,7 +40,7 @@ struct SGeometry {
   static constexpr int kG = unit_group<F>();  // units a lane takes at once
   // The nearest multiple of kG, ties up: Q2_K's 6 -> 8 units per lane (a 2.6 KiB chunk) measured
   // 73% of the copy bandwidth on 98304x2048 against 61% at 4, now that the per-chunk costs are
-  // the larger part of its instructions (Q3_K's 5 rounds to 4 either way).
+  // the larger part of its instructions (Q3_K's 5 -> its group of 8, a 3.4 KiB chunk).
   static constexpr int kUPL1 = (kUPL0 + kG / 2) / kG * kG;
   static constexpr int kUPL = kUPL1 < kG ? kG : (kUPL1 > 8 ? 8 : kUPL1);
   static constexpr int kGPL = kUPL / kG;  // unit groups per lane per chunk
@@ -527,6 +528,12 @@ bool launch_stream(DType dt, QParams& p, int64_t slots) {
   bool launched = false;
   dispatch_quant(dt, [&](auto f) {
     using F = decltype(f);
+    if constexpr (has_wide<F>()) {  // rows of whole Wide groups (gpt-oss's 2880: 90 blocks)
+      if (p.cols % (32 * unit_group<Wide<F>>()) == 0) {
+        launched = launch_f<Wide<F>>(p, slots);
+        return;
+      }
+    }
     if constexpr (has_code_words<F>()) launched = launch_f<F>(p, slots);
   });
   return launched;
