@@ -534,6 +534,21 @@ struct Group<Q3_K> {  // the whole block: hmask, scales and d read once for its 
   }
 };
 
+// The codebook dot (book_dot) of NW code words that start at byte o of the aligned words w,
+// against activation words q[0 .. 2 NW): o is a constant once unrolled, so the words come out by
+// constant funnel shifts (none at a word boundary).
+template <int NW, int M>
+FT_QD int book_dot_at(const Tables& tb, const uint32_t (&w)[M], int o, const uint32_t* q) {
+  const int i0 = o / 4, sh = 8 * (o % 4);
+  int lo = 0, hi = 0;
+#pragma unroll
+  for (int k = 0; k < NW; ++k) {
+    const uint32_t c = sh ? fshr(w[i0 + k], w[i0 + k + (sh ? 1 : 0)], sh) : w[i0 + k];
+    book_dot(tb, c, q[2 * k], q[2 * k + 1], lo, hi);
+  }
+  return lo + hi;
+}
+
 // Four 32-element MXFP4 blocks (68 bytes, 4-byte aligned when the first is: the shifts that
 // take the codes out of the 17-byte blocks are constants, and a lane's words sit 17 apart, so a
 // warp's 32-bit loads hit 32 banks). Against one block per lane on the H200: 98304x2048 69 ->
@@ -547,17 +562,10 @@ struct Group<Wide<MXFP4>> {
     ldw<17, A >= 4 ? 4 : 1>(p, w);
     float r = 0.f;
 #pragma unroll
-    for (int b = 0; b < 4; ++b) {
-      const int o = 17 * b + 1, i0 = o / 4, sh = 8 * (o % 4);  // the codes' first byte
+    for (int b = 0; b < 4; ++b) {  // block b: its scale byte 17 b, its codes after
       const XUnit xb = x(b);
-      int lo = 0, hi = 0;
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const uint32_t c = sh ? fshr(w[i0 + k], w[i0 + k + (sh ? 1 : 0)], sh) : w[i0 + k];
-        book_dot(tb, c, xb.q[2 * k], xb.q[2 * k + 1], lo, hi);
-      }
       const uint32_t e = (w[17 * b / 4] >> (8 * (17 * b % 4))) & 0xffu;
-      r = fmaf(e8m0_half(e) * xb.dx0, i2f(lo + hi), r);
+      r = fmaf(e8m0_half(e) * xb.dx0, i2f(book_dot_at<4>(tb, w, 17 * b + 1, xb.q)), r);
     }
     return r;
   }
@@ -579,15 +587,10 @@ struct Group<Wide<NVFP4>> {
     for (int u = 0; u < 2; ++u) {
       const XUnit xu = x(u);
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int b = 2 * u + h, o = 9 * b + 1, i0 = o / 4, sh = 8 * (o % 4);
-        int lo = 0, hi = 0;
-#pragma unroll
-        for (int k = 0; k < 2; ++k) {
-          const uint32_t c = sh ? fshr(w[i0 + k], w[i0 + k + (sh ? 1 : 0)], sh) : w[i0 + k];
-          book_dot(tb, c, xu.q[4 * h + 2 * k], xu.q[4 * h + 2 * k + 1], lo, hi);
-        }
-        r = fmaf(0.5f * sc[b] * (h ? xu.dx1 : xu.dx0), i2f(lo + hi), r);
+      for (int h = 0; h < 2; ++h) {  // block 2 u + h: the unit's half h
+        const int b = 2 * u + h;
+        const int d = book_dot_at<2>(tb, w, 9 * b + 1, xu.q + 4 * h);
+        r = fmaf(0.5f * sc[b] * (h ? xu.dx1 : xu.dx0), i2f(d), r);
       }
     }
     return r;
