@@ -106,8 +106,9 @@ CodesResult run(const uint8_t* row, const float* x, int64_t cols, float* w) {
   if constexpr (al >= 2) check_dot32<F, al>(row, x, w, cols, res);
   if constexpr (cuda::has_wide<F>()) {  // the wider lane groups too, into the same error
     using W = cuda::Wide<F>;
+    constexpr int wal = cuda::block_align<W>();
     check_dot32<W, 1>(row, x, w, cols, res);
-    if constexpr (cuda::block_align<W>() >= 2) check_dot32<W, cuda::block_align<W>()>(row, x, w, cols, res);
+    if constexpr (wal >= 2) check_dot32<W, wal>(row, x, w, cols, res);
   }
   return res;
 }

@@ -32,8 +32,8 @@ struct FP8_B128 {
 };
 
 // Format F read by the one-token streaming GEMV in wider lane groups (quant_dot32.cuh's
-// Group<Wide<F>>: several blocks, or a whole K-quant block, per lane at once); the same blocks
-// and traits as F. format_of<F> is the format itself.
+// Group<Wide<F>>: four MXFP4 / NVFP4 blocks per lane at once, rows of whole groups only); the
+// same blocks and traits as F. format_of<F> is the format itself.
 template <class F>
 struct Wide : F {};
 template <class F>
