@@ -42,7 +42,7 @@ cuda::XUnit x_unit(const float* x, int64_t u, double* xr) {
 template <class F, int A>
 void check_dot32(const uint8_t* row, const float* x, const float* w, int64_t cols, CodesResult& res) {
   constexpr int bb = sizeof(typename F::Block);
-  constexpr int upb = F::kElems >= 32 ? F::kElems / 32 : 1;  // units per block
+  constexpr int upb = cuda::units_per_block<F>(), bpu = cuda::blocks_per_unit<F>();
   const int64_t nb = cols / F::kElems, bytes = nb * bb;
   for (int shift = 0; shift < 16; shift += A) {
     std::vector<uint8_t> buf(bytes + 64);
@@ -60,7 +60,7 @@ void check_dot32(const uint8_t* row, const float* x, const float* w, int64_t col
           mag += std::fabs(double(w[32 * (u + k) + i]) * xr[i]);
         }
       }
-      const int64_t blk = F::kElems >= 32 ? u / upb : 2 * u;
+      const int64_t blk = u / upb * bpu;  // the unit's first block
       auto xk = [&](int k) { return xu[k]; };
       got += cuda::dot_units<F, A>(base + blk * bb, static_cast<int>(u % upb), xk, cuda::tables<F>(0));
     }

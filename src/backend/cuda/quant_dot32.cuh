@@ -36,6 +36,16 @@ constexpr XOrder x_order() {
     return XOrder::NIBBLE_PAIRS;
   return XOrder::NATURAL;
 }
+// A unit in F's blocks: units per block (a 256-element block's 8 sub-blocks; 1 for the 32-element
+// formats) and blocks per unit (NVFP4's 16-element blocks: 2; else 1).
+template <class F>
+constexpr int units_per_block() {
+  return F::kElems >= 32 ? F::kElems / 32 : 1;
+}
+template <class F>
+constexpr int blocks_per_unit() {
+  return F::kElems >= 32 ? 1 : 32 / F::kElems;
+}
 // Element of the unit at code byte p.
 FT_QD int x_element(XOrder o, int p) { return o == XOrder::NATURAL ? p : p / 2 + 16 * (p % 2); }
 
@@ -607,10 +617,9 @@ constexpr bool has_wide() {
 // this): that of the bytes from one group to the next, a block or several (Wide).
 template <class F>
 constexpr int block_align() {
-  constexpr int bb = sizeof(typename F::Block);
-  constexpr int upb = F::kElems >= 32 ? F::kElems / 32 : 1, bpu = F::kElems >= 32 ? 1 : 32 / F::kElems;
-  constexpr int g = unit_group<F>() * bpu, stride = g > upb ? g / upb * bb : bb;
-  return stride % 16 == 0 ? 16 : stride % 8 == 0 ? 8 : stride % 4 == 0 ? 4 : stride % 2 == 0 ? 2 : 1;
+  constexpr int bb = sizeof(typename F::Block), upb = units_per_block<F>();
+  constexpr int g = unit_group<F>() * blocks_per_unit<F>(), st = g > upb ? g / upb * bb : bb;
+  return st % 16 == 0 ? 16 : st % 8 == 0 ? 8 : st % 4 == 0 ? 4 : st % 2 == 0 ? 2 : 1;
 }
 
 }  // namespace ft::cuda

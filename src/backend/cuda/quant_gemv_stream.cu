@@ -27,9 +27,8 @@ constexpr int k_stages = 3;
 template <class F>
 struct SGeometry {
   using Block = typename F::Block;
-  static constexpr int kBB = sizeof(Block), kE = F::kElems;
-  static constexpr int kUPB = kE >= 32 ? kE / 32 : 1;  // units per block
-  static constexpr int kBPU = kE >= 32 ? 1 : 32 / kE;  // blocks per unit (NVFP4: 2)
+  static constexpr int kBB = sizeof(Block);
+  static constexpr int kUPB = units_per_block<F>(), kBPU = blocks_per_unit<F>();
   static constexpr int kUB2 = 2 * kBB * kBPU / kUPB;  // twice the bytes per unit
   // Units per lane per chunk: about k_schunk_bytes per chunk. Measured on the H200 (sm_90):
   // 4 KiB chunks are faster for the formats of >= 5 bits (units of >= 20 bytes: Q8_0 4096x14336
@@ -243,21 +242,21 @@ __device__ __forceinline__ void rows_reduce(float (&t)[R], RowsRedAt at, int lan
 }
 
 // The rows-mode reduction classes (warp-uniform; see rows_reduce): ng groups per row, GPL per
-// lane (a power of two <= 8, else GENERAL). WIDE<Q>: ng = 32 Q, R = GPL / Q rows per chunk;
+// lane (a power of two <= 8, else GENERAL). LONG<Q>: ng = 32 Q, R = GPL / Q rows per chunk;
 // NARROW: ng a power of two in [GPL, 16], R = GPL; GENERAL: a warp sum per row.
-enum class RowsRed { GENERAL, WIDE1, WIDE2, WIDE4, NARROW };
+enum class RowsRed { GENERAL, LONG1, LONG2, LONG4, NARROW };
 template <int GPL>
 __device__ inline RowsRed rows_red(int ng) {
   static_assert(GPL <= 8, "SGeometry caps the units per lane at 8");
   const bool pow2 = (GPL & (GPL - 1)) == 0;  // R must be a power of two
-  if (pow2 && ng == 32 && 1 < GPL) return RowsRed::WIDE1;
-  if (pow2 && ng == 64 && 2 < GPL) return RowsRed::WIDE2;
-  if (pow2 && ng == 128 && 4 < GPL) return RowsRed::WIDE4;
+  if (pow2 && ng == 32 && 1 < GPL) return RowsRed::LONG1;
+  if (pow2 && ng == 64 && 2 < GPL) return RowsRed::LONG2;
+  if (pow2 && ng == 128 && 4 < GPL) return RowsRed::LONG4;
   if (pow2 && ng >= GPL && ng <= 16 && (ng & (ng - 1)) == 0) return RowsRed::NARROW;
   return RowsRed::GENERAL;
 }
 template <int GPL, int Q, class Put>
-__device__ __forceinline__ void rows_wide(const float (&v)[GPL], int lane, Put&& put) {
+__device__ __forceinline__ void rows_long(const float (&v)[GPL], int lane, Put&& put) {
   if constexpr (Q < GPL) {
     float t[GPL / Q];
 #pragma unroll
@@ -456,9 +455,9 @@ __global__ void __launch_bounds__(k_threads, 3) qgemv_stream_kernel(const __grid
         if (rr < nrows) store(cp.m, cp.r + rr, sum);
       };
       if (red == RowsRed::NARROW) rows_reduce<GPL>(v, narrow, lane, put);
-      else if (red == RowsRed::WIDE1) rows_wide<GPL, 1>(v, lane, put);
-      else if (red == RowsRed::WIDE2) rows_wide<GPL, 2>(v, lane, put);
-      else rows_wide<GPL, 4>(v, lane, put);
+      else if (red == RowsRed::LONG1) rows_long<GPL, 1>(v, lane, put);
+      else if (red == RowsRed::LONG2) rows_long<GPL, 2>(v, lane, put);
+      else rows_long<GPL, 4>(v, lane, put);
     } else if (rows_mode) {  // whole rows: a warp sum per row over the lanes' units in it
       for (int rr = 0; rr < nrows; ++rr) {
         float t = 0.f;
