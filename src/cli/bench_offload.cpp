@@ -255,11 +255,15 @@ Row run_budget(const OffloadBenchOptions& o, const Model& model, const HostExper
   row.split_ms[2] = (s1.t_hits - s0.t_hits) * per;
   row.split_ms[3] = (s1.t_fetch - s0.t_fetch) * per;
   // Bytes one decode token reads from VRAM: attention and router of every layer, top_k experts
-  // per MoE layer, the lm_head (bf16 matrices).
+  // per MoE layer, the lm_head (bf16 matrices), and every layer's K and V rows at the measured
+  // steps' mean KV length.
   const double attn = 2.0 * (2 * c.q_dim() * c.hidden + 2 * c.kv_dim() * c.hidden);
+  const double kv_len = static_cast<double>(o.decode_prompt + o.warmup) + (o.decode + 1) / 2.0;
+  const double kv_bytes =
+      c.n_layers * 2.0 * c.kv_dim() * kv_len * (o.kv_dtype == DType::BF16 ? 2.0 : 4.0);
   const double vram_bytes = c.n_layers * (attn + 2.0 * c.n_experts * c.hidden) +
                             host.moe_layers * c.top_k * double(host.expert_bytes()) +
-                            2.0 * c.vocab_size * c.hidden;
+                            2.0 * c.vocab_size * c.hidden + kv_bytes;
   const double miss_s = mode == MoeMode::HYBRID ? std::max(fetched / b_pcie, cpu_bytes / b_cpu)
                                                 : fetched / b_pcie;
   row.decode_bound = 1.0 / (vram_bytes / b_vram + miss_s);
@@ -403,8 +407,10 @@ void run_bench_offload(const OffloadBenchOptions& o) {
   const double b_cpu = hybrid ? cpu_bandwidth(host, threads) : 0.0;
   std::printf(
       "B_pcie (pinned H2D, 1 GiB copies) %.1f GB/s; B_vram (D2D copy, read+write) %.0f "
-      "GB/s; B_cpu (expert GEMV, %d threads) %.1f GB/s; prefill chunk %lld tokens\n",
-      b_pcie / 1e9, b_vram / 1e9, threads, b_cpu / 1e9, (long long)o.chunk);
+      "GB/s; B_cpu (expert GEMV, %d threads) %.1f GB/s; prefill chunk %lld tokens; decode from "
+      "KV length %lld\n",
+      b_pcie / 1e9, b_vram / 1e9, threads, b_cpu / 1e9, (long long)o.chunk,
+      (long long)o.decode_prompt);
   std::string attn;
   for (int64_t p : o.prompts)  // f32 caches (TF32 tensor-core kernel) beside bf16 (flash)
     for (DType kv : {DType::F32, DType::BF16}) attn += attention_line(c, kv, p, o.chunk);
@@ -446,6 +452,9 @@ void declare_bench_offload(CLI::App& cmd) {
   cmd.add_option("--hybrid-budgets", o->hybrid_budgets,
                  "Budgets also run in HYBRID mode (decode; misses split PCIe/CPU; none: no rows)");
   cmd.add_option("--decode", o->decode, "Measured decode steps")->check(CLI::PositiveNumber);
+  cmd.add_option("--decode-context", o->decode_prompt,
+                 "Tokens prefilled before the decode steps (the KV length decode starts at)")
+      ->check(CLI::PositiveNumber);
   cmd.add_option("--warmup", o->warmup,
                  "Decode steps before the measured ones (the expert cache warms up)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));

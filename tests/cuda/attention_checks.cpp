@@ -1,6 +1,7 @@
 // BF16 KV cache attention vs the CPU: the flash prefill kernel (GQA 1/4/8, head dims 32-256,
 // lengths to 5000, prefix offsets, window and sinks), flash-decoding over several sequences
-// (split and not, re-launched and graph-replayed at new lengths), the bf16 cache store of
+// (split and not, re-launched and graph-replayed at new lengths; the kernel per q head and the
+// tensor-core kernel per kv head), the bf16 cache store of
 // qk_rope_store, and HostExperts::copy_of's progress callback. Plus the flash timing.
 #include <fmt/format.h>
 
@@ -158,8 +159,9 @@ std::string check_flash_all() {
 // positions, per-token pos/seq), split (at most 4 chunks of k_attention_split_keys keys, longer
 // past 4 of them) and not, launched twice (the counters reset), then captured in a graph and
 // replayed at other lengths.
-std::string check_decode(bool window_sinks) {
+std::string check_decode(bool window_sinks, bool gqa) {
   ThreadPool pool(pool_threads(), false);
+  cuda::set_attention_gqa(gqa);  // the tensor-core kernel per kv head, or a block per q head
   const int64_t heads = 16, kv_heads = 2, hd = 128, cap = 5120, kvd = kv_heads * hd, S = 3;
   const int64_t window = window_sinks ? 600 : 0;
   const auto kc = round_bf16(randv(S * cap * kvd, 11, 1.5f));
@@ -207,7 +209,8 @@ std::string check_decode(bool window_sinks) {
         .window = window};
   };
   std::string err;
-  const std::string tag = window_sinks ? "decode (window, sinks)" : "decode";
+  const std::string tag =
+      fmt::format("{} decode{}", gqa ? "gqa" : "per-head", window_sinks ? " (window, sinks)" : "");
   std::vector<int32_t> pos = {0, 699, 4999};
   dpos.upload(pos.data(), pos.size() * sizeof(int32_t));
   const auto ref = expected(pos);
@@ -234,6 +237,13 @@ std::string check_decode(bool window_sinks) {
     err += rows_close(down(dout, q.size()), expected(p), hd, 1e-4f, 1e-5f,
                       fmt::format("{} graph replay at {} {} {}", tag, p[0], p[1], p[2]));
   }
+  return err;
+}
+
+// check_decode, then the default kernel choice back.
+std::string decode_with(bool window_sinks, bool gqa) {
+  std::string err = check_decode(window_sinks, gqa);
+  cuda::set_attention_gqa(true);
   return err;
 }
 
@@ -316,8 +326,10 @@ std::string check_copy_progress() {
 std::vector<Check> attention_checks() {
   std::vector<Check> checks = {
       {"attention/flash_bf16", check_flash_all},
-      {"attention/decode_bf16_split", [] { return check_decode(false); }},
-      {"attention/decode_bf16_window_sinks", [] { return check_decode(true); }},
+      {"attention/decode_bf16_split", [] { return decode_with(false, false); }},
+      {"attention/decode_bf16_window_sinks", [] { return decode_with(true, false); }},
+      {"attention/decode_gqa_split", [] { return decode_with(false, true); }},
+      {"attention/decode_gqa_window_sinks", [] { return decode_with(true, true); }},
       {"attention/qk_rope_store_bf16", check_store_bf16},
       {"host_experts/copy_progress", check_copy_progress}};
   for (Check& c : rope_decode_checks()) checks.push_back(std::move(c));

@@ -186,8 +186,9 @@ std::string layout_name(const Layout& l) {
   return s;
 }
 
-// Pass layouts at chunk boundaries (128-key chunks; 4 chunks at most, so chunks grow past 512
-// keys), runs of one sequence crossing them, a sequence's first tokens and the last position.
+// Pass layouts at chunk boundaries (128-key chunks, 64 in the GQA kernel; 4 chunks at most, so
+// chunks grow past 512 / 256 keys), runs of one sequence crossing them, a sequence's first
+// tokens and the last position.
 const std::vector<Layout>& layouts() {
   static const std::vector<Layout> l = {{{2, 0}, {0, 127}, {1, 128}},
                                         {{0, 510}, {0, 511}, {0, 512}, {1, 5}},
@@ -253,6 +254,21 @@ std::vector<Config> configs() {
     }
   return out;
 }
+
+// check(c, seed) under each decode kernel that serves c: bf16 caches with grouped queries go
+// to attention_decode_gqa.cu by default, and to the block per q head with it switched off.
+template <typename F>
+std::string each_kernel(const Config& c, uint32_t seed, F check) {
+  std::string err;
+  for (bool gqa : {true, false}) {
+    if (gqa && c.dt != DType::BF16) continue;
+    cuda::set_attention_gqa(gqa);
+    const std::string e = check(c, seed);
+    if (!e.empty()) err += fmt::format("[{}] {}", gqa ? "gqa kernel" : "per-head kernel", e);
+  }
+  cuda::set_attention_gqa(true);
+  return err;
+}
 }  // namespace
 
 std::vector<Check> rope_decode_checks() {
@@ -260,14 +276,14 @@ std::vector<Check> rope_decode_checks() {
            [] {
              std::string err;
              uint32_t seed = 300;
-             for (const Config& c : configs()) err += check_config(c, seed += 11);
+             for (const Config& c : configs()) err += each_kernel(c, seed += 11, check_config);
              return err;
            }},
           {"attention/decode_fused_rope_graph", [] {
              std::string err;
              uint32_t seed = 500;
              for (const Config& c : configs())
-               if (c.split) err += check_graph(c, seed += 13);
+               if (c.split) err += each_kernel(c, seed += 13, check_graph);
              return err;
            }}};
 }

@@ -3,7 +3,8 @@
 // (their K and V loads in flight together) with a running max, sum and lane-strided head_dim
 // accumulator, and the warps merge through shared memory. Without a split one block takes all
 // of a token's keys and writes the output. With a split (AttentionSplit) the keys go in chunks
-// of k_attention_split_keys to as many blocks, each writing (max, sum, acc) to the workspace;
+// of k_attention_split_keys to as many blocks (fewer, longer chunks where they would overflow
+// one wave of resident blocks), each writing (max, sum, acc) to the workspace;
 // the last block of a (token, head) to finish (a counter per pair, reset by that block) merges
 // them, so a step is one launch with a grid fixed by max_splits (graph-capturable; blocks past
 // the token's length exit at once). Per-token positions and sequences (pos/seq), optional
@@ -15,10 +16,12 @@
 // router) into L2: the attention barely touches HBM, and those GEMVs then read from L2.
 #include <cuda_bf16.h>
 
+#include "backend/cuda/attention_decode.cuh"
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/l2_prefetch.cuh"
 #include "backend/cuda/qk_rope.cuh"
+#include "base/env.h"
 
 namespace ft::cuda {
 
@@ -29,34 +32,6 @@ static_assert(k_attention_max_splits <= 32);
 // Keys a warp scores per iteration, by head dims per lane (registers of a 512-thread block).
 template <int DPL>
 constexpr int k_keys = DPL <= 4 ? 8 : 4;
-
-// Keys of a chunk whose K/V rows a block prefetches into L2 before its dependency wait (one
-// k_attention_split_keys chunk; bounded so long contexts do not flush L2).
-constexpr int64_t k_prefetch_keys = 512;
-
-// prefetch.global.L2 of K and V rows [r0, r1) (row r at k + r * ld, hd elements) by the block.
-// Always safe: L2 is the point of coherence, so a row the previous kernel still writes (the new
-// key) is read correctly after pdl_wait() whether or not it was prefetched.
-template <typename T>
-__device__ __forceinline__ void prefetch_rows(const T* k, const T* v, int64_t ld, int64_t hd,
-                                              int64_t r0, int64_t r1) {
-  const int64_t lines = (hd * int64_t{sizeof(T)} + 127) / 128, per = 2 * lines;
-  for (int64_t i = threadIdx.x; i < (r1 - r0) * per; i += blockDim.x) {
-    const int64_t r = r0 + i / per, part = i % per;
-    const T* row = (part < lines ? k : v) + r * ld;
-    const char* at = reinterpret_cast<const char*>(row) + (part % lines) * 128;
-    asm volatile("prefetch.global.L2 [%0];" ::"l"(at));
-  }
-}
-
-// A cache element from f32 (bf16: round to nearest even, as qk_rope_store stores it).
-template <typename T>
-__device__ __forceinline__ T to_elem(float x) {
-  if constexpr (sizeof(T) == 2)
-    return __float2bfloat16_rn(x);
-  else
-    return x;
-}
 
 // A lane's DPL consecutive cache elements of one K or V row, as raw 32-bit words (a bf16 pair
 // per word), loaded unconditionally (callers clamp the row and the dims to valid ones) so that
@@ -109,9 +84,6 @@ __device__ __forceinline__ LaneRow<T, DPL> load_lane(const T* row, int64_t d0, i
   return r;
 }
 
-// ROPE: the pass's tokens a (token, head) block may score keys of (one sequence's run).
-constexpr int k_run = static_cast<int>(k_gemv_max_tokens);
-
 // ---- kernels
 // T: cache element; DPL: head dims per lane (head_dim <= 32 * DPL). ROPE (a.rope.k set): the
 // block first norms and rotates its q head (warp 0) and, when its chunk reaches the keys of the
@@ -128,15 +100,9 @@ __global__ void __launch_bounds__(32 * k_warps)
   // pos / seq are host copies made before a pass's first kernel (the runtime never writes them
   // from a kernel), so they are read before the wait.
   const int64_t pos = a.pos ? a.pos[t] : a.pos0 + t;
-  const int64_t k_lo = a.window > 0 ? max(int64_t{0}, pos - a.window + 1) : 0, k_hi = pos + 1;
-  // Chunks of k_attention_split_keys keys, longer when max_splits would not cover the length.
-  const bool split_on = a.split.max_splits > 0;
-  const int64_t len = k_hi - k_lo;
-  const int64_t chunk =
-      split_on ? max(k_attention_split_keys, (len + a.split.max_splits - 1) / a.split.max_splits)
-               : len;
-  const int64_t used = (len + chunk - 1) / chunk;
-  const int64_t c0 = k_lo + split * chunk, c1 = min(k_hi, c0 + chunk);
+  const DecodeChunk ch =
+      decode_chunk(a, pos, split, k_attention_split_keys, int64_t{gridDim.x} * gridDim.y);
+  const int64_t used = ch.used, c0 = ch.c0, c1 = ch.c1;
   // Token 0's chunks prefetch the later GEMVs' weights (not the chunks past the length: with a
   // long KV capacity those are most of the grid, and a block with a bulk prefetch in flight
   // apparently keeps its SM slot: DEVELOPERS.md).
@@ -149,9 +115,7 @@ __global__ void __launch_bounds__(32 * k_warps)
   // ROPE: this token's run (tokens t - nf + 1 .. t of its sequence, keys fresh0 .. pos) and
   // this warp's role; norm weights and cos/sin rows are loaded before the wait.
   constexpr int C = (DPL + 1) / 2;  // rotation pairs per lane
-  int nf = 1;
-  if constexpr (ROPE)
-    while (nf < k_run && nf <= t && a.seq[t - nf] == a.seq[t] && a.pos[t - nf] == pos - nf) ++nf;
+  const int nf = ROPE ? fresh_run(a, t, pos) : 1;
   const int64_t fresh0 = pos - nf + 1;
   const bool fresh = ROPE && c1 > fresh0;  // the chunk has keys of the run
   const bool is_q = ROPE && warp == 0, is_k = fresh && warp >= 1 && warp <= nf;
@@ -315,13 +279,12 @@ __global__ void __launch_bounds__(32 * k_warps)
 #pragma unroll
     for (int j = 0; j < DPL; ++j)
       if (lane + 32 * j < hd) part[2 + lane + 32 * j] = o[j];
-    __threadfence();
-    __syncwarp();
+    __syncwarp();  // the warp's partial stored before lane 0 counts the chunk
     uint32_t prev = 0;
-    if (lane == 0) prev = atomicAdd(a.split.counters + pair, 1u);
+    if (lane == 0) prev = atomic_add_acq_rel(a.split.counters + pair, 1u);
     prev = __shfl_sync(0xffffffffu, prev, 0);
     if (prev + 1 != static_cast<uint32_t>(used)) return;
-    __threadfence();  // the other blocks' partials are visible (read past L1 below)
+    __syncwarp();  // lane 0's acquire ordered before every lane's reads below (past L1)
     if (lane == 0) a.split.counters[pair] = 0;  // ready for the next launch
     // Lane c holds chunk c's (max, sum) (used <= max_splits <= 32), so the merge is two rounds
     // of loads, not two per chunk in series.
@@ -360,12 +323,15 @@ void launch(const AttentionArgs& a) {
   const dim3 grid(static_cast<unsigned>(a.n_heads), static_cast<unsigned>(a.n_tokens), splits);
   const dim3 block(32 * k_warps);
   const bool vec = a.head_dim % DPL == 0;  // a lane's dims are one aligned vector
-  if (a.rope.k)
-    launch_kernel(vec ? decode_kernel<T, DPL, true, true> : decode_kernel<T, DPL, true, false>,
-                  grid, block, 0, a);
-  else
-    launch_kernel(vec ? decode_kernel<T, DPL, false, true> : decode_kernel<T, DPL, false, false>,
-                  grid, block, 0, a);
+  const auto kernel =
+      a.rope.k ? (vec ? decode_kernel<T, DPL, true, true> : decode_kernel<T, DPL, true, false>)
+               : (vec ? decode_kernel<T, DPL, false, true> : decode_kernel<T, DPL, false, false>);
+  // FT_ATTN_ONE_WAVE=0: chunks of k_attention_split_keys however many waves they take (A/B).
+  static const bool one_wave = env_on("FT_ATTN_ONE_WAVE");
+  AttentionArgs b = a;
+  b.split.resident =
+      one_wave ? resident_blocks(reinterpret_cast<const void*>(kernel), k_warps * 32, 0) : 0;
+  launch_kernel(kernel, grid, block, 0, b);
 }
 
 template <typename T>
@@ -383,7 +349,9 @@ void launch_t(const AttentionArgs& a) {
 
 int64_t attention_split_floats(int64_t n_tokens, int64_t n_heads, int64_t head_dim,
                                int64_t max_splits) {
-  return n_tokens * n_heads * max_splits * (head_dim + 2);
+  // A chunk's partial per (token, q head): (max, sum, o[head_dim]); the GQA kernel pads the
+  // pair to 4 floats so o is 16-byte aligned.
+  return n_tokens * n_heads * max_splits * (head_dim + 4);
 }
 
 // ---- launcher (attention() dispatches BF16 decode here)
@@ -403,6 +371,7 @@ void attention_decode(const AttentionArgs& a) {
            "attention_decode: bad fused rope (rot_dim {}, {} tokens, at most {})", a.rope.rot_dim,
            a.n_tokens, k_gemv_max_tokens);
   if (a.n_tokens == 0) return;
+  if (attention_decode_gqa_supported(a)) return attention_decode_gqa(a);
   if (a.kv_dtype == DType::BF16)
     launch_t<__nv_bfloat16>(a);
   else

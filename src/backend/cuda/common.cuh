@@ -49,6 +49,20 @@ __device__ __forceinline__ void pdl_trigger() {
 #endif
 }
 
+// Last-block election without __threadfence (fence.sc.gpu, which waits out every outstanding
+// access): after a bar.sync (or bar.warp.sync) orders the block's (warp's) stores before this
+// thread, a release-acquire add at GPU scope publishes them with the count and, for the block
+// that draws the last ticket, acquires every earlier block's (a bar.sync after it passes that
+// on to the block's other threads). The counting pattern of CUTLASS's generic barrier.
+__device__ __forceinline__ uint32_t atomic_add_acq_rel(uint32_t* p, uint32_t v) {
+  uint32_t old;
+  asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], %2;"
+               : "=r"(old)
+               : "l"(p), "r"(v)
+               : "memory");
+  return old;
+}
+
 // True when launches on the current stream may use PDL: a non-default stream, a device of
 // compute capability >= 9, and FT_CUDA_PDL not "0" (stream.cu).
 bool pdl_enabled();

@@ -604,6 +604,7 @@ struct AttentionSplit {
   float* partial = nullptr;
   uint32_t* counters = nullptr;
   int64_t max_splits = 0;
+  int64_t resident = 0;  // the decode kernel's blocks resident at once (its launcher sets it)
 };
 int64_t attention_split_floats(int64_t n_tokens, int64_t n_heads, int64_t head_dim,
                                int64_t max_splits);
@@ -664,6 +665,13 @@ void attention(const AttentionArgs& a);
 void attention_flash(const AttentionArgs& a);
 bool attention_flash_supported(int64_t head_dim);
 void attention_decode(const AttentionArgs& a);
+// The tensor-core decode kernel (attention_decode_gqa.cu) attention_decode() takes for bf16
+// caches with grouped queries (2-16 q heads per kv head, head_dim 32/64/128/256, 16-byte
+// aligned q and caches); set_attention_gqa(false) (or FT_ATTN_GQA=0) keeps the block per q head
+// of attention_decode.cu (graphs keep the kernel they were captured with).
+bool attention_decode_gqa_supported(const AttentionArgs& a);
+void attention_decode_gqa(const AttentionArgs& a);
+void set_attention_gqa(bool on);
 bool attention_tensor_supported(int64_t head_dim);
 void attention_tensor(const AttentionArgs& a);  // the TENSOR kernel (attention() dispatches)
 

@@ -172,15 +172,13 @@ __global__ void __launch_bounds__(32 * k_gemv_rows)
       for (int b = 0; b < k_dot_batch; ++b) pre[b] = nxt[b];
     at = next;
   }
-  if constexpr (ROUTE) {  // the last block to finish routes every token (threadFenceReduction)
+  if constexpr (ROUTE) {  // the last block to finish routes every token
     __shared__ bool last;
-    __threadfence();  // this block's logits are visible device-wide before it is counted
-    __syncthreads();
+    __syncthreads();  // every warp's logits stored before thread 0 counts the block
     if (threadIdx.x == 0 && threadIdx.y == 0)
-      last = atomicAdd(p.route_counter, 1u) == gridDim.x - 1;
-    __syncthreads();
+      last = atomic_add_acq_rel(p.route_counter, 1u) == gridDim.x - 1;
+    __syncthreads();  // thread 0's acquire ordered before the route's reads (past L1)
     if (!last) return;
-    __threadfence();
     for (int t = threadIdx.y; t < NT; t += k_gemv_rows)
       route_token(p.y[0] + t * p.rows[0], static_cast<int>(p.rows[0]), p.route_k, p.route_renorm,
                   p.route_ids + t * p.route_k, p.route_w + t * p.route_k, p.route_local.begin,
