@@ -228,55 +228,16 @@ __global__ void __launch_bounds__(32 * k_warps)
         mma(s[0], qa, kb[0], kb[1]);
         mma(s[1], qa, kb[2], kb[3]);
       }
-      // Scale, mask keys past the chunk, online softmax (a quad shares a row).
-      float mx_a = -INFINITY, mx_b = -INFINITY;
+      // Scale, mask keys past the chunk, online softmax, O += P V.
 #pragma unroll
-      for (int j = 0; j < 2; ++j) {
+      for (int j = 0; j < 2; ++j)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int64_t key = kw + j * 8 + 2 * tig + (e & 1);
           s[j][e] = key < c1 ? s[j][e] * sl : -INFINITY;
         }
-        mx_a = fmaxf(mx_a, fmaxf(s[j][0], s[j][1]));
-        mx_b = fmaxf(mx_b, fmaxf(s[j][2], s[j][3]));
-      }
-#pragma unroll
-      for (int o2 = 1; o2 < 4; o2 <<= 1) {
-        mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, o2));
-        mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, o2));
-      }
-      // The warp's first key is in the chunk, so every row's max is finite here.
-      const float mn_a = fmaxf(m_a, mx_a), mn_b = fmaxf(m_b, mx_b);
-      const float c_a = exp2f(m_a - mn_a), c_b = exp2f(m_b - mn_b);
-      m_a = mn_a, m_b = mn_b;
-      float sum_a = 0.f, sum_b = 0.f;
-#pragma unroll
-      for (int j = 0; j < 2; ++j) {
-        s[j][0] = exp2f(s[j][0] - mn_a), s[j][1] = exp2f(s[j][1] - mn_a);
-        s[j][2] = exp2f(s[j][2] - mn_b), s[j][3] = exp2f(s[j][3] - mn_b);
-        sum_a += s[j][0] + s[j][1];
-        sum_b += s[j][2] + s[j][3];
-      }
-      l_a = l_a * c_a + sum_a;
-      l_b = l_b * c_b + sum_b;
-#pragma unroll
-      for (int j = 0; j < DT; ++j) o[j][0] *= c_a, o[j][1] *= c_a, o[j][2] *= c_b, o[j][3] *= c_b;
-      // O += P V: the accumulator layout of S is the A operand layout of P (16 keys).
-      uint32_t ph[4], pl[4];
-      split_bf16(s[0][0], s[0][1], ph[0], pl[0]);
-      split_bf16(s[0][2], s[0][3], ph[1], pl[1]);
-      split_bf16(s[1][0], s[1][1], ph[2], pl[2]);
-      split_bf16(s[1][2], s[1][3], ph[3], pl[3]);
-#pragma unroll
-      for (int n0 = 0; n0 < HD; n0 += 16) {
-        uint32_t vb[4];
-        ldsm_x4_t(vb, smem_u32(vst + (warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * P + n0 +
-                               (lane >> 4) * 8));
-        mma(o[n0 / 8], pl, vb[0], vb[1]);
-        mma(o[n0 / 8 + 1], pl, vb[2], vb[3]);
-        mma(o[n0 / 8], ph, vb[0], vb[1]);
-        mma(o[n0 / 8 + 1], ph, vb[2], vb[3]);
-      }
+      online_softmax(s, m_a, m_b, l_a, l_b, o);
+      mma_pv16<HD, P>(o, s[0], s[1], vst + warp * 16 * P);
     }
     __syncthreads();  // this stage is consumed before the next iteration refills it
   }

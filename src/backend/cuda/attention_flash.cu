@@ -141,7 +141,6 @@ __global__ void __launch_bounds__(32 * k_warps)
       }
       // Scale, mask, online softmax (rows a = gid, b = gid + 8; a quad shares a row).
       const bool need_mask = w_partial || kt + BK - 1 > w_min || (win > 0 && kt <= w_max - win);
-      float mx_a = -INFINITY, mx_b = -INFINITY;
 #pragma unroll
       for (int j = 0; j < NT; ++j) {
 #pragma unroll
@@ -154,50 +153,12 @@ __global__ void __launch_bounds__(32 * k_warps)
           }
           s[j][e] = v;
         }
-        mx_a = fmaxf(mx_a, fmaxf(s[j][0], s[j][1]));
-        mx_b = fmaxf(mx_b, fmaxf(s[j][2], s[j][3]));
       }
+      online_softmax(s, m_a, m_b, l_a, l_b, o);
+      // O += P V, 16 keys at a time.
 #pragma unroll
-      for (int o2 = 1; o2 < 4; o2 <<= 1) {
-        mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, o2));
-        mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, o2));
-      }
-      const float mn_a = fmaxf(m_a, mx_a), mn_b = fmaxf(m_b, mx_b);
-      // A row with no key yet keeps m = -inf: exponentiate against 0 (every p is 0 then).
-      const float base_a = mn_a == -INFINITY ? 0.f : mn_a, base_b = mn_b == -INFINITY ? 0.f : mn_b;
-      const float c_a = exp2f(m_a - base_a), c_b = exp2f(m_b - base_b);
-      m_a = mn_a, m_b = mn_b;
-      float sum_a = 0.f, sum_b = 0.f;
-#pragma unroll
-      for (int j = 0; j < NT; ++j) {
-        s[j][0] = exp2f(s[j][0] - base_a), s[j][1] = exp2f(s[j][1] - base_a);
-        s[j][2] = exp2f(s[j][2] - base_b), s[j][3] = exp2f(s[j][3] - base_b);
-        sum_a += s[j][0] + s[j][1];
-        sum_b += s[j][2] + s[j][3];
-      }
-      l_a = l_a * c_a + sum_a;
-      l_b = l_b * c_b + sum_b;
-#pragma unroll
-      for (int j = 0; j < DT; ++j) o[j][0] *= c_a, o[j][1] *= c_a, o[j][2] *= c_b, o[j][3] *= c_b;
-        // O += P V: P's accumulator layout is the A operand layout, 16 keys at a time.
-#pragma unroll
-      for (int kk = 0; kk < BK / 16; ++kk) {
-        uint32_t pfrag[4], plo[4];  // P hi, lo
-        split_bf16(s[2 * kk][0], s[2 * kk][1], pfrag[0], plo[0]);
-        split_bf16(s[2 * kk][2], s[2 * kk][3], pfrag[1], plo[1]);
-        split_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1], pfrag[2], plo[2]);
-        split_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3], pfrag[3], plo[3]);
-#pragma unroll
-        for (int n0 = 0; n0 < HD; n0 += 16) {
-          uint32_t vb[4];
-          ldsm_x4_t(vb, smem_u32(vst + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * P + n0 +
-                                 (lane >> 4) * 8));
-          mma(o[n0 / 8], plo, vb[0], vb[1]);
-          mma(o[n0 / 8 + 1], plo, vb[2], vb[3]);
-          mma(o[n0 / 8], pfrag, vb[0], vb[1]);
-          mma(o[n0 / 8 + 1], pfrag, vb[2], vb[3]);
-        }
-      }
+      for (int kk = 0; kk < BK / 16; ++kk)
+        mma_pv16<HD, P>(o, s[2 * kk], s[2 * kk + 1], vst + kk * 16 * P);
     }
     __syncthreads();  // this stage is consumed before the next iteration refills it
   }
