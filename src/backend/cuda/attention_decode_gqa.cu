@@ -3,7 +3,7 @@
 // heads are the rows of one 16-row MMA tile, so each K/V row crosses from memory once per group;
 // attention_decode.cu's block per q head reads it G times (at 16k keys Qwen3-30B-A3B's 8-head
 // groups kept that kernel at ~8x its HBM bytes of L2 traffic, 64-112 us per layer against 8 us
-// of bytes). 4 warps; 64-key K/V tiles in flight in shared memory by cp.async (stages<HD>), 16 keys
+// of bytes). 4 warps; 64-key K/V tiles in flight in shared memory by cp.async (k_stages), 16 keys
 // per warp with its own online softmax (S = Q K^T and O += P V as in attention_flash.cu, Q and P
 // as bf16 hi + lo, f32 accumulation), the warps merged through shared memory, the chunks through
 // the split workspace as attention_decode.cu does (the last block of a (token, kv head) merges
@@ -39,27 +39,24 @@ constexpr int pitch() {  // shared-memory row pitch in bf16: +8 keeps ldmatrix c
 // K/V tile stages (one loading while one is used). Four at head_dim 128 (148 KB: one block per
 // SM) measured no faster at 16k keys (35 vs 36 us per Qwen3-30B-A3B layer) and 7% slower decode
 // at short contexts, so the long-context cost is not the tiles' latency (DEVELOPERS.md).
-template <int HD>
-constexpr int stages() {
-  return 2;
-}
+constexpr int k_stages = 2;
 template <int HD>
 constexpr size_t smem_bytes() {  // Q hi, Q lo, then the K and V stages
-  return sizeof(bf16) * pitch<HD>() * (2 * k_rows + 2 * stages<HD>() * k_tile);
+  return sizeof(bf16) * pitch<HD>() * (2 * k_rows + 2 * k_stages * k_tile);
 }
 // After the key loop the K/V tiles hold the warps' (o[HD], max, sum) per row.
 template <int HD>
 constexpr size_t merge_bytes() {
   return sizeof(float) * k_warps * k_rows * (HD + 2);
 }
-static_assert(merge_bytes<32>() <= sizeof(bf16) * pitch<32>() * 2 * stages<32>() * k_tile);
-static_assert(merge_bytes<256>() <= sizeof(bf16) * pitch<256>() * 2 * stages<256>() * k_tile);
+static_assert(merge_bytes<32>() <= sizeof(bf16) * pitch<32>() * 2 * k_stages * k_tile);
+static_assert(merge_bytes<256>() <= sizeof(bf16) * pitch<256>() * 2 * k_stages * k_tile);
 
 // ---- kernels
 template <int HD, bool ROPE>
 __global__ void __launch_bounds__(32 * k_warps)
     gqa_kernel(const __grid_constant__ AttentionArgs a) {
-  constexpr int P = pitch<HD>(), DT = HD / 8, DPL = HD / 32, C = (DPL + 1) / 2, S = stages<HD>();
+  constexpr int P = pitch<HD>(), DT = HD / 8, DPL = HD / 32, C = (DPL + 1) / 2, S = k_stages;
   constexpr int64_t kSlot = HD + 4;  // a chunk's partial: max, sum, 2 pad, o[HD]
   extern __shared__ float4 smem4[];
   bf16* qs = reinterpret_cast<bf16*>(smem4);  // [k_rows][P] hi
@@ -366,19 +363,17 @@ void launch(const AttentionArgs& a) {
   launch_kernel(kernel, grid, dim3(32 * k_warps), smem, b);
 }
 
-std::atomic<int>& gqa_state() {  // -1: not decided yet (FT_ATTN_GQA), else 0 / 1
-  static std::atomic<int> s{-1};
-  return s;
+std::atomic<bool>& gqa_on() {  // FT_ATTN_GQA=0: off until set_attention_gqa(true)
+  static std::atomic<bool> on{env_on("FT_ATTN_GQA")};
+  return on;
 }
 }  // namespace
 
-void set_attention_gqa(bool on) { gqa_state().store(on ? 1 : 0); }
+void set_attention_gqa(bool on) { gqa_on().store(on); }
 
 bool attention_decode_gqa_supported(const AttentionArgs& a) {
-  int on = gqa_state().load();
-  if (on < 0) gqa_state().store(on = env_on("FT_ATTN_GQA") ? 1 : 0);
   const int64_t G = a.n_heads / a.n_kv_heads, hd = a.head_dim;
-  return on && a.kv_dtype == DType::BF16 && G >= 2 && G <= k_max_group &&
+  return gqa_on().load() && a.kv_dtype == DType::BF16 && G >= 2 && G <= k_max_group &&
          (hd == 32 || hd == 64 || hd == 128 || hd == 256) &&
          reinterpret_cast<uintptr_t>(a.q) % 16 == 0 &&
          reinterpret_cast<uintptr_t>(a.k_cache) % 16 == 0 &&
