@@ -12,4 +12,13 @@ inline bool env_on(const char* name) {
   return !v || std::strcmp(v, "0") != 0;
 }
 
+// An integer knob: the value of `name`, or fallback when it is unset or not a whole number.
+inline long long env_int(const char* name, long long fallback) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return fallback;
+  char* end = nullptr;
+  const long long x = std::strtoll(v, &end, 10);
+  return *end ? fallback : x;
+}
+
 }  // namespace ft

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cmath>
 #include <numeric>
+#include <random>
 
 #include "backend/cpu/thread_pool.h"
 #include "engine/sampler.h"
@@ -39,6 +40,32 @@ TEST(Sampler, GreedyIsArgmaxLowestIndexOnTies) {
   std::vector<float> l{0.1f, 3.f, 3.f, -1.f};
   Sampler s({});
   EXPECT_EQ(s.sample(l.data(), 4), 1);
+}
+
+// argmax (blocked, vectorisable) against the plain first-maximum loop: random vocabularies of
+// every length around the block and lane sizes, heavy ties, infinities and NaNs.
+TEST(Sampler, ArgmaxMatchesFirstMaximumLoop) {
+  auto plain = [](const std::vector<float>& v) {
+    int64_t best = 0;
+    for (int64_t i = 1; i < static_cast<int64_t>(v.size()); ++i)
+      if (v[i] > v[best]) best = i;
+    return static_cast<int32_t>(best);
+  };
+  std::mt19937 rng(3);
+  for (int r = 0; r < 3000; ++r) {
+    const int64_t n = r < 100 ? r + 1 : 1 + static_cast<int64_t>(rng() % 9000);
+    std::vector<float> v(n);
+    const int levels = 1 + static_cast<int>(rng() % 40);  // few levels: many ties
+    for (auto& x : v) x = static_cast<float>(static_cast<int>(rng() % levels) - levels / 2);
+    if (r % 7 == 0) v[rng() % n] = INFINITY;
+    if (r % 5 == 0) v[rng() % n] = NAN;
+    if (r % 11 == 0) v[rng() % n] = -INFINITY;
+    if (r % 13 == 0) v[0] = NAN;
+    ASSERT_EQ(argmax(v.data(), n), plain(v)) << "case " << r << " n " << n;
+  }
+  std::vector<float> big(151936, -2.f);
+  big[151935] = 1.f, big[4097] = 1.f;
+  EXPECT_EQ(argmax(big.data(), 151936), 4097);
 }
 
 TEST(Sampler, SeededDrawsRepeatAndFiltersHold) {

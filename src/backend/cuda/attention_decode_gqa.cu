@@ -3,11 +3,13 @@
 // heads are the rows of one 16-row MMA tile, so each K/V row crosses from memory once per group;
 // attention_decode.cu's block per q head reads it G times (at 16k keys Qwen3-30B-A3B's 8-head
 // groups kept that kernel at ~8x its HBM bytes of L2 traffic, 64-112 us per layer against 8 us
-// of bytes). 4 warps; 64-key K/V tiles in flight in shared memory by cp.async (k_stages), 16 keys
-// per warp with its own online softmax (S = Q K^T and O += P V as in attention_flash.cu, Q and P
-// as bf16 hi + lo, f32 accumulation), the warps merged through shared memory, the chunks through
-// the split workspace as attention_decode.cu does (the last block of a (token, kv head) merges
-// its G rows). The same chunk plan (one wave), PDL prologue and L2 prefetches as that kernel.
+// of bytes). 8 warps (4 at head_dim 256); K/V tiles of 16 keys per warp in flight in shared
+// memory by cp.async (k_stages, loaded L2 evict-first), each warp with its own online softmax
+// (S = Q K^T and O += P V as in attention_flash.cu, Q and P as bf16 hi + lo, f32
+// accumulation), the warps merged through shared memory, the chunks through the split
+// workspace as attention_decode.cu does (the last block of a (token, kv head) merges its G
+// rows). The same chunk plan (one wave), PDL prologue and L2 prefetches as that kernel, with
+// the K/V prefetch capped for the whole launch (split.prefetch_bytes).
 // With AttentionArgs::rope the block norms and rotates the group's q heads and the run's keys
 // (qk_rope.cuh), stores the token's own K/V rows and scores the run's keys from shared memory.
 #include <cuda_bf16.h>
@@ -26,8 +28,14 @@ namespace ft::cuda {
 
 namespace {
 using bf16 = __nv_bfloat16;
-constexpr int k_warps = 4, k_rows = 16;  // rows: the group's q heads, zero-padded
-constexpr int k_tile = 16 * k_warps;     // keys per K/V tile, 16 per warp
+constexpr int k_rows = 16;  // rows: the group's q heads, zero-padded
+// W warps a block, 16 keys each per K/V tile. The key loop is issue-bound (one block per SM at
+// long contexts: ncu at 16k keys, 4 warps: 0.23 issued per scheduler-cycle, DRAM 21% busy), so
+// head dims up to 128 take 8 warps (128-key tiles); 256 keeps 4 (8 would not fit two stages).
+template <int HD>
+constexpr int block_warps() {
+  return HD <= 128 ? 8 : 4;
+}
 constexpr int k_max_group = k_rows;
 constexpr float k_log2e = 1.4426950408889634f;
 static_assert(k_attention_max_splits <= 32, "the split merge keeps one chunk per lane");
@@ -40,22 +48,23 @@ constexpr int pitch() {  // shared-memory row pitch in bf16: +8 keeps ldmatrix c
 // SM) measured no faster at 16k keys (35 vs 36 us per Qwen3-30B-A3B layer) and 7% slower decode
 // at short contexts, so the long-context cost is not the tiles' latency (DEVELOPERS.md).
 constexpr int k_stages = 2;
-template <int HD>
+template <int HD, int W>
 constexpr size_t smem_bytes() {  // Q hi, Q lo, then the K and V stages
-  return sizeof(bf16) * pitch<HD>() * (2 * k_rows + 2 * k_stages * k_tile);
+  return sizeof(bf16) * pitch<HD>() * (2 * k_rows + 2 * k_stages * 16 * W);
 }
 // After the key loop the K/V tiles hold the warps' (o[HD], max, sum) per row.
-template <int HD>
-constexpr size_t merge_bytes() {
-  return sizeof(float) * k_warps * k_rows * (HD + 2);
+template <int HD, int W>
+constexpr bool merge_fits() {
+  return sizeof(float) * W * k_rows * (HD + 2) <= sizeof(bf16) * pitch<HD>() * 2 * k_stages * 16 * W;
 }
-static_assert(merge_bytes<32>() <= sizeof(bf16) * pitch<32>() * 2 * k_stages * k_tile);
-static_assert(merge_bytes<256>() <= sizeof(bf16) * pitch<256>() * 2 * k_stages * k_tile);
+static_assert(merge_fits<32, 4>() && merge_fits<32, 8>() && merge_fits<128, 8>() &&
+              merge_fits<256, 4>());
+static_assert(smem_bytes<128, 8>() <= 227 * 1024 && smem_bytes<256, 4>() <= 227 * 1024);
 
 // ---- kernels
-template <int HD, bool ROPE>
-__global__ void __launch_bounds__(32 * k_warps)
-    gqa_kernel(const __grid_constant__ AttentionArgs a) {
+template <int HD, int W, bool ROPE>
+__global__ void __launch_bounds__(32 * W) gqa_kernel(const __grid_constant__ AttentionArgs a) {
+  constexpr int k_warps = W, k_tile = 16 * W;  // keys per K/V tile
   constexpr int P = pitch<HD>(), DT = HD / 8, DPL = HD / 32, C = (DPL + 1) / 2, S = k_stages;
   constexpr int64_t kSlot = HD + 4;  // a chunk's partial: max, sum, 2 pad, o[HD]
   extern __shared__ float4 smem4[];
@@ -97,11 +106,18 @@ __global__ void __launch_bounds__(32 * k_warps)
                    task < tasks, cs[i], sn[i]);
     }
   }
-  prefetch_rows(kc, vc, kv_dim, HD, c0, min(c1, c0 + k_prefetch_keys));
+  // The launch's K/V prefetch budget shared by its working blocks (rows of 2 * HD bf16).
+  int64_t pk = k_prefetch_keys;
+  if (a.split.prefetch_bytes >= 0)
+    pk = min(pk, a.split.prefetch_bytes /
+                     (int64_t{gridDim.x} * gridDim.y * used * 2 * HD * int64_t{sizeof(bf16)}));
+  prefetch_rows(kc, vc, kv_dim, HD, c0, min(c1, c0 + pk));
   pdl_wait();
   pdl_trigger();
 
   const int n_tiles = static_cast<int>((c1 - c0 + k_tile - 1) / k_tile);
+  const bool evict_first = a.split.kv_evict_first;
+  const uint64_t policy = evict_first ? l2_evict_first_policy() : 0;
   auto load_tile = [&](int tile, int stage) {
     const int64_t kt = c0 + int64_t{tile} * k_tile;
     for (int i = tid; i < k_tile * (HD / 8); i += 32 * k_warps) {
@@ -109,8 +125,15 @@ __global__ void __launch_bounds__(32 * k_warps)
       const int64_t key = kt + r;
       const bool ok = key < c1 && key < fresh0;  // else zero-filled
       const int64_t off = ok ? key * kv_dim + c : 0;
-      cp_async16(smem_u32(ks + (stage * k_tile + r) * P + c), kc + off, ok ? 16 : 0);
-      cp_async16(smem_u32(vs + (stage * k_tile + r) * P + c), vc + off, ok ? 16 : 0);
+      const uint32_t kd = smem_u32(ks + (stage * k_tile + r) * P + c),
+                     vd = smem_u32(vs + (stage * k_tile + r) * P + c);
+      if (evict_first) {
+        cp_async16_hint(kd, kc + off, ok ? 16 : 0, policy);
+        cp_async16_hint(vd, vc + off, ok ? 16 : 0, policy);
+      } else {
+        cp_async16(kd, kc + off, ok ? 16 : 0);
+        cp_async16(vd, vc + off, ok ? 16 : 0);
+      }
     }
   };
 #pragma unroll
@@ -347,20 +370,37 @@ __global__ void __launch_bounds__(32 * k_warps)
   }
 }
 
-template <int HD>
-void launch(const AttentionArgs& a) {
-  const auto kernel = a.rope.k ? gqa_kernel<HD, true> : gqa_kernel<HD, false>;
-  constexpr size_t smem = smem_bytes<HD>();
+template <int HD, int W>
+void launch_warps(const AttentionArgs& a) {
+  const auto kernel = a.rope.k ? gqa_kernel<HD, W, true> : gqa_kernel<HD, W, false>;
+  constexpr size_t smem = smem_bytes<HD, W>();
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   static_cast<int>(smem)));
-  // FT_ATTN_ONE_WAVE=0: chunks of k_tile keys however many waves they take (A/B).
+  // FT_ATTN_ONE_WAVE=0: chunks of one tile's keys however many waves they take (A/B).
   static const bool one_wave = env_on("FT_ATTN_ONE_WAVE");
+  // The K/V prefetched into L2 before the wait: 8 MiB for the whole launch (the first keys of
+  // each chunk), the rest streamed L2 evict-first. At 16k keys the per-chunk 512 keys were the
+  // layer's whole 33.5 MB, which with the O / router prefetch and the QKV GEMV overflowed the
+  // 50 MB L2 (DEVELOPERS.md). A/B: FT_ATTN_PREFETCH_KB (-1: 512 keys a chunk),
+  // FT_ATTN_KV_EVICT_FIRST=0.
+  static const int64_t prefetch_kb = env_int("FT_ATTN_PREFETCH_KB", 8192);
+  static const bool evict_first = env_on("FT_ATTN_KV_EVICT_FIRST");
   AttentionArgs b = a;
   b.split.resident =
-      one_wave ? resident_blocks(reinterpret_cast<const void*>(kernel), 32 * k_warps, smem) : 0;
+      one_wave ? resident_blocks(reinterpret_cast<const void*>(kernel), 32 * W, smem) : 0;
+  b.split.prefetch_bytes = prefetch_kb < 0 ? -1 : prefetch_kb * 1024;
+  b.split.kv_evict_first = evict_first;
   const unsigned splits = a.split.max_splits > 0 ? static_cast<unsigned>(a.split.max_splits) : 1u;
   const dim3 grid(static_cast<unsigned>(a.n_kv_heads), static_cast<unsigned>(a.n_tokens), splits);
-  launch_kernel(kernel, grid, dim3(32 * k_warps), smem, b);
+  launch_kernel(kernel, grid, dim3(32 * W), smem, b);
+}
+
+template <int HD>
+void launch(const AttentionArgs& a) {
+  // FT_ATTN_GQA_WARPS=4: 4-warp blocks at every head dim (A/B runs).
+  static const bool four = env_int("FT_ATTN_GQA_WARPS", 0) == 4;
+  if (block_warps<HD>() == 8 && !four) return launch_warps<HD, 8>(a);
+  launch_warps<HD, 4>(a);
 }
 
 std::atomic<bool>& gqa_on() {  // FT_ATTN_GQA=0: off until set_attention_gqa(true)

@@ -210,6 +210,19 @@ __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, int n)
 __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
 }
+// cp_async16 with an L2 cache policy (l2_evict_first_policy).
+__device__ __forceinline__ void cp_async16_hint(uint32_t dst, const void* src, int n,
+                                                uint64_t policy) {
+  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;\n" ::"r"(dst),
+               "l"(src), "r"(n), "l"(policy)
+               : "memory");
+}
+// A policy that marks the lines a load brings into L2 first to be evicted.
+__device__ __forceinline__ uint64_t l2_evict_first_policy() {
+  uint64_t p;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
+  return p;
+}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 // Waits until at most N of this thread's commit groups are still in flight.
 template <int N>

@@ -605,6 +605,12 @@ struct AttentionSplit {
   uint32_t* counters = nullptr;
   int64_t max_splits = 0;
   int64_t resident = 0;  // the decode kernel's blocks resident at once (its launcher sets it)
+  // GQA decode kernel (its launcher sets them): the K/V bytes a launch's blocks prefetch into
+  // L2 before their dependency wait, all blocks together (< 0: each its first 512 keys), and
+  // the K/V tiles loaded L2 evict-first (read once a step: they need not displace weights the
+  // later GEMVs were prefetched for).
+  int64_t prefetch_bytes = -1;
+  bool kv_evict_first = false;
 };
 int64_t attention_split_floats(int64_t n_tokens, int64_t n_heads, int64_t head_dim,
                                int64_t max_splits);
