@@ -55,7 +55,8 @@ constexpr size_t smem_bytes() {  // Q hi, Q lo, then the K and V stages
 // After the key loop the K/V tiles hold the warps' (o[HD], max, sum) per row.
 template <int HD, int W>
 constexpr bool merge_fits() {
-  return sizeof(float) * W * k_rows * (HD + 2) <= sizeof(bf16) * pitch<HD>() * 2 * k_stages * 16 * W;
+  return sizeof(float) * W * k_rows * (HD + 2) <=
+         sizeof(bf16) * pitch<HD>() * 2 * k_stages * 16 * W;
 }
 static_assert(merge_fits<32, 4>() && merge_fits<32, 8>() && merge_fits<128, 8>() &&
               merge_fits<256, 4>());
