@@ -29,9 +29,7 @@ int64_t delta_layers(const ModelConfig& c) {
 }
 
 // Floats of one sequence's recurrent state: conv then ssm of every DeltaNet layer.
-int64_t conv_floats(const ModelConfig& c) {
-  return c.delta.conv_dim() * (c.delta.conv_kernel - 1);
-}
+int64_t conv_floats(const ModelConfig& c) { return c.delta.conv_dim() * (c.delta.conv_kernel - 1); }
 int64_t ssm_floats(const ModelConfig& c) {
   return c.delta.n_v_heads * c.delta.k_head_dim * c.delta.v_head_dim;
 }
@@ -114,7 +112,8 @@ void CudaTransformer::alloc_hybrid(int64_t T) {
   dn_z_ = floats(T * d.value_dim()), dn_out_ = floats(T * d.value_dim());
   dn_b_ = floats(T * d.n_v_heads), dn_a_ = floats(T * d.n_v_heads);
   // FT_STATE_CAPTURE=0: chunks end at anchors (A/B runs)
-  n_captures_ = env_on("FT_STATE_CAPTURE") ? k_state_captures : 0;
+  delta_chunked_ = cuda::gated_delta_rule_chunked_supported(d.k_head_dim);
+  n_captures_ = env_on("FT_STATE_CAPTURE") && delta_chunked_ ? k_state_captures : 0;
   if (n_captures_ > 0) captures_ = floats(n_captures_ * state_stride_);
 }
 
@@ -202,30 +201,31 @@ void CudaTransformer::delta_net_block(int64_t l, int64_t n) {
                     .dt_bias = D.dt_bias,
                     .n_v_heads = nv});
   const cuda::DeltaRuleArgs rule{.q = conv,
-                          .k = conv + K,
-                          .v = conv + 2 * K,
-                          .qkv_stride = cd,
-                          .g = a,
-                          .beta = b,
-                          .n = n,
-                          .n_k_heads = d.n_k_heads,
-                          .n_v_heads = nv,
-                          .k_dim = d.k_head_dim,
-                          .v_dim = d.v_head_dim,
-                          .state = ssm_state(l),
-                          .seq_stride = state_stride_,
-                          .seq = seq,
-                          .out = out};
+                                 .k = conv + K,
+                                 .v = conv + 2 * K,
+                                 .qkv_stride = cd,
+                                 .g = a,
+                                 .beta = b,
+                                 .n = n,
+                                 .n_k_heads = d.n_k_heads,
+                                 .n_v_heads = nv,
+                                 .k_dim = d.k_head_dim,
+                                 .v_dim = d.v_head_dim,
+                                 .state = ssm_state(l),
+                                 .seq_stride = state_stride_,
+                                 .seq = seq,
+                                 .out = out};
   // Prefill passes take the chunked form (chunks of 64 tokens); decode and small passes (and
-  // graph captures) the recurrent form.
+  // graph captures) the recurrent form, as does every pass where the chunked form's tiles do
+  // not fit the device's shared memory (delta_chunked_).
   if (!mark_at_.empty()) {
-    cuda::StateMarks marks{.at = mark_at_,
-                           .dst = captures_.as<float>() + n_delta_ * conv_size_ +
-                                  kv_slot_[l] * ssm_size_,
-                           .dst_stride = state_stride_};
+    cuda::StateMarks marks{
+        .at = mark_at_,
+        .dst = captures_.as<float>() + n_delta_ * conv_size_ + kv_slot_[l] * ssm_size_,
+        .dst_stride = state_stride_};
     for (size_t i = 0; i < mark_at_.size(); ++i) marks.slot.push_back(static_cast<int32_t>(i));
     cuda::gated_delta_rule_chunked(rule, step_starts_, marks);
-  } else if (n >= k_delta_chunked_min)
+  } else if (n >= k_delta_chunked_min && delta_chunked_)
     cuda::gated_delta_rule_chunked(rule, step_starts_);
   else
     cuda::gated_delta_rule(rule);

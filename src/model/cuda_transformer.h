@@ -335,6 +335,9 @@ class CudaTransformer {
   // (the state after the tokens before it) with their step.
   void capture_conv(int64_t layer, const float* qkv);  // before the conv overwrites the state
   int32_t n_captures_ = 0;
+  // The chunked delta rule fits this device's shared memory (else prefill runs the recurrent
+  // form and chunks end at anchors: no in-pass captures).
+  bool delta_chunked_ = true;
   cuda::DeviceBuffer captures_;
   std::vector<int32_t> mark_at_, step_seqs_;
   cuda::DeviceBuffer state_, qg_, dn_qkv_, dn_conv_, dn_z_, dn_b_, dn_a_, dn_out_, sh_g_, sh_u_,

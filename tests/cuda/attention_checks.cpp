@@ -331,6 +331,17 @@ std::vector<Check> attention_checks() {
       {"attention/decode_gqa_split", [] { return decode_with(false, true); }},
       {"attention/decode_gqa_window_sinks", [] { return decode_with(true, true); }},
       {"attention/qk_rope_store_bf16", check_store_bf16},
+      // A consumer GPU's 99 KiB a block: flash prefill with half-length tiles at head_dim
+      // 128 / 256, GQA decode in 4-warp blocks (head_dim 256: the block per q head).
+      {"attention/consumer_smem",
+       [] {
+         cuda::set_smem_limit(99 * 1024);
+         std::string err = check_flash_all();
+         err += decode_with(false, true);
+         err += decode_with(true, true);
+         cuda::set_smem_limit(0);
+         return err;
+       }},
       {"host_experts/copy_progress", check_copy_progress}};
   for (Check& c : rope_decode_checks()) checks.push_back(std::move(c));
   return checks;

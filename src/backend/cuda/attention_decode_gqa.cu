@@ -31,7 +31,8 @@ using bf16 = __nv_bfloat16;
 constexpr int k_rows = 16;  // rows: the group's q heads, zero-padded
 // W warps a block, 16 keys each per K/V tile. The key loop is issue-bound (one block per SM at
 // long contexts: ncu at 16k keys, 4 warps: 0.23 issued per scheduler-cycle, DRAM 21% busy), so
-// head dims up to 128 take 8 warps (128-key tiles); 256 keeps 4 (8 would not fit two stages).
+// head dims up to 128 take 8 warps (128-key tiles) where the device's shared memory holds
+// them (`warps`); 256 keeps 4 (8 would not fit two stages).
 template <int HD>
 constexpr int block_warps() {
   return HD <= 128 ? 8 : 4;
@@ -61,6 +62,7 @@ constexpr bool merge_fits() {
 static_assert(merge_fits<32, 4>() && merge_fits<32, 8>() && merge_fits<128, 8>() &&
               merge_fits<256, 4>());
 static_assert(smem_bytes<128, 8>() <= 227 * 1024 && smem_bytes<256, 4>() <= 227 * 1024);
+// (Within sm_90's 227 KiB; smaller GPUs are checked at run time: fits.)
 
 // ---- kernels
 template <int HD, int W, bool ROPE>
@@ -396,11 +398,46 @@ void launch_warps(const AttentionArgs& a) {
   launch_kernel(kernel, grid, dim3(32 * W), smem, b);
 }
 
+// Whether W-warp blocks at HD fit the device's shared memory (consumer GPUs allow 99 KiB a
+// block: 4 warps at head_dim 128, none at 256).
+template <int HD, int W>
+bool fits() {
+  if constexpr (W > block_warps<HD>()) {
+    return false;
+  } else {
+    const auto kernel = gqa_kernel<HD, W, true>;  // the fused-rope variant: more static smem
+    return smem_bytes<HD, W>() <= max_dynamic_smem(reinterpret_cast<const void*>(kernel));
+  }
+}
+
+// The block's warps at HD: 8 where they fit, else 4, else 0 (unsupported: attention_decode()
+// takes the block per q head). FT_ATTN_GQA_WARPS=4: 4-warp blocks at every head dim (A/B).
+template <int HD>
+int warps() {
+  static const bool four = env_int("FT_ATTN_GQA_WARPS", 0) == 4;
+  if (!four && fits<HD, 8>()) return 8;
+  return fits<HD, 4>() ? 4 : 0;
+}
+
+int warps(int64_t head_dim) {
+  switch (head_dim) {
+    case 32:
+      return warps<32>();
+    case 64:
+      return warps<64>();
+    case 128:
+      return warps<128>();
+    case 256:
+      return warps<256>();
+    default:
+      return 0;
+  }
+}
+
 template <int HD>
 void launch(const AttentionArgs& a) {
-  // FT_ATTN_GQA_WARPS=4: 4-warp blocks at every head dim (A/B runs).
-  static const bool four = env_int("FT_ATTN_GQA_WARPS", 0) == 4;
-  if (block_warps<HD>() == 8 && !four) return launch_warps<HD, 8>(a);
+  if constexpr (block_warps<HD>() == 8)
+    if (warps<HD>() == 8) return launch_warps<HD, 8>(a);
   launch_warps<HD, 4>(a);
 }
 
@@ -415,8 +452,7 @@ void set_attention_gqa(bool on) { gqa_on().store(on); }
 bool attention_decode_gqa_supported(const AttentionArgs& a) {
   const int64_t G = a.n_heads / a.n_kv_heads, hd = a.head_dim;
   return gqa_on().load() && a.kv_dtype == DType::BF16 && G >= 2 && G <= k_max_group &&
-         (hd == 32 || hd == 64 || hd == 128 || hd == 256) &&
-         reinterpret_cast<uintptr_t>(a.q) % 16 == 0 &&
+         warps(hd) > 0 && reinterpret_cast<uintptr_t>(a.q) % 16 == 0 &&
          reinterpret_cast<uintptr_t>(a.k_cache) % 16 == 0 &&
          reinterpret_cast<uintptr_t>(a.v_cache) % 16 == 0 &&
          reinterpret_cast<uintptr_t>(a.out) % 16 == 0 && a.seq_stride % 8 == 0;

@@ -23,7 +23,9 @@ namespace {
 constexpr int k_warps = 4, k_rows = 16 * k_warps;  // rows per block
 constexpr float k_log2e = 1.4426950408889634f;
 
-// Keys per K/V tile: 64, or 32 at head_dim 256 (registers: O is head_dim / 2 floats a thread).
+// Keys per K/V tile: 64, or 32 at head_dim 256 (registers: O is head_dim / 2 floats a thread);
+// half that where the device's shared memory cannot hold two stages of them (consumer GPUs'
+// 99 KiB a block: 32 at head_dim 128, 16 at 256; tile()).
 template <int HD>
 constexpr int bk() {
   return HD >= 256 ? 32 : 64;
@@ -32,16 +34,16 @@ template <int HD>
 constexpr int pitch() {  // shared-memory row pitch in bf16: +8 keeps ldmatrix conflict-free
   return HD + 8;
 }
-template <int HD>
-size_t smem_bytes() {  // Q hi, Q lo, then K and V double-buffered
-  return sizeof(__nv_bfloat16) * pitch<HD>() * (2 * k_rows + 4 * bk<HD>());
+template <int HD, int BK>
+constexpr size_t smem_bytes() {  // Q hi, Q lo, then K and V double-buffered
+  return sizeof(__nv_bfloat16) * pitch<HD>() * (2 * k_rows + 4 * BK);
 }
 
 // ---- kernels
-template <int HD>
+template <int HD, int BK>
 __global__ void __launch_bounds__(32 * k_warps)
     flash_kernel(const __grid_constant__ AttentionArgs a) {
-  constexpr int BK = bk<HD>(), P = pitch<HD>(), NT = BK / 8, DT = HD / 8;
+  constexpr int P = pitch<HD>(), NT = BK / 8, DT = HD / 8;
   extern __shared__ float4 smem4[];
   __nv_bfloat16* qs = reinterpret_cast<__nv_bfloat16*>(smem4);  // [k_rows][P] hi
   __nv_bfloat16* ql = qs + k_rows * P;                          // [k_rows][P] lo
@@ -186,29 +188,65 @@ __global__ void __launch_bounds__(32 * k_warps)
   }
 }
 
-template <int HD>
-void launch(const AttentionArgs& a) {
-  const size_t smem = smem_bytes<HD>();
-  CUDA_CHECK(cudaFuncSetAttribute(flash_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+template <int HD, int BK>
+void launch_bk(const AttentionArgs& a) {
+  constexpr size_t smem = smem_bytes<HD, BK>();
+  CUDA_CHECK(cudaFuncSetAttribute(flash_kernel<HD, BK>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   static_cast<int>(smem)));
   const int64_t rows = a.n_tokens * (a.n_heads / a.n_kv_heads);
   const dim3 grid(static_cast<unsigned>((rows + k_rows - 1) / k_rows),
                   static_cast<unsigned>(a.n_kv_heads));
-  flash_kernel<HD><<<grid, 32 * k_warps, smem, stream()>>>(a);
+  flash_kernel<HD, BK><<<grid, 32 * k_warps, smem, stream()>>>(a);
   CUDA_CHECK_LAUNCH();
+}
+
+template <int HD, int BK>
+bool fits() {
+  return smem_bytes<HD, BK>() <=
+         max_dynamic_smem(reinterpret_cast<const void*>(flash_kernel<HD, BK>));
+}
+
+// Keys per tile at HD on this device: bk<HD>(), else half of it, else 0 (unsupported).
+template <int HD>
+int tile() {
+  constexpr int B = bk<HD>();
+  if (fits<HD, B>()) return B;
+  if constexpr (HD >= 128)
+    if (fits<HD, B / 2>()) return B / 2;
+  return 0;
+}
+
+int tile(int64_t head_dim) {
+  switch (head_dim) {
+    case 32:
+      return tile<32>();
+    case 64:
+      return tile<64>();
+    case 128:
+      return tile<128>();
+    case 256:
+      return tile<256>();
+    default:
+      return 0;
+  }
+}
+
+template <int HD>
+void launch(const AttentionArgs& a) {
+  if constexpr (HD >= 128)
+    if (tile<HD>() != bk<HD>()) return launch_bk<HD, bk<HD>() / 2>(a);
+  launch_bk<HD, bk<HD>()>(a);
 }
 }  // namespace
 
-bool attention_flash_supported(int64_t head_dim) {
-  return head_dim == 32 || head_dim == 64 || head_dim == 128 || head_dim == 256;
-}
+bool attention_flash_supported(int64_t head_dim) { return tile(head_dim) > 0; }
 
 // ---- launcher (attention() dispatches BF16 prefill here)
 void attention_flash(const AttentionArgs& a) {
   FT_CHECK(a.kv_dtype == DType::BF16 && attention_flash_supported(a.head_dim) && !a.pos && !a.seq &&
                a.window >= 0 && a.pos0 + a.n_tokens <= INT32_MAX,
-           "attention_flash: needs bf16 caches, head_dim 32/64/128/256 and pos0-based positions "
-           "(head_dim {})",
+           "attention_flash: needs bf16 caches, head_dim 32/64/128/256 (tiles that fit the "
+           "device's shared memory) and pos0-based positions (head_dim {})",
            a.head_dim);
   FT_CHECK(reinterpret_cast<uintptr_t>(a.q) % 16 == 0 &&
                reinterpret_cast<uintptr_t>(a.k_cache) % 16 == 0 &&

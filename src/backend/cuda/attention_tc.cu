@@ -47,10 +47,10 @@ __global__ void __launch_bounds__(32 * k_tc_warps)
   constexpr int P = hdp<HD>();
   extern __shared__ float4 smem4[];
   float* qs = reinterpret_cast<float*>(smem4);  // [k_bq][P]
-  float* ks = qs + k_bq * P;                     // [k_bk][P]
-  float* vs = ks + k_bk * P;                     // [k_bk][P]
-  float* ss = vs + k_bk * P;                     // [k_bq][k_sp]
-  float* os = ss + k_bq * k_sp;                  // [k_bq][P]
+  float* ks = qs + k_bq * P;                    // [k_bk][P]
+  float* vs = ks + k_bk * P;                    // [k_bk][P]
+  float* ss = vs + k_bk * P;                    // [k_bq][k_sp]
+  float* os = ss + k_bq * k_sp;                 // [k_bq][P]
   const int64_t h = blockIdx.y, g = h / (a.n_heads / a.n_kv_heads);
   const int64_t kv_dim = a.n_kv_heads * HD, q_dim = a.n_heads * HD;
   const int64_t t0 = blockIdx.x * int64_t{k_bq};
@@ -60,9 +60,8 @@ __global__ void __launch_bounds__(32 * k_tc_warps)
   for (int i = tid; i < k_bq * V4; i += 32 * k_tc_warps) {
     const int r = i / V4, c = (i % V4) * 4;
     const int64_t t = t0 + r;
-    const float4 v = t < a.n_tokens
-                         ? *reinterpret_cast<const float4*>(a.q + t * q_dim + h * HD + c)
-                         : make_float4(0.f, 0.f, 0.f, 0.f);
+    const float4 v = t < a.n_tokens ? *reinterpret_cast<const float4*>(a.q + t * q_dim + h * HD + c)
+                                    : make_float4(0.f, 0.f, 0.f, 0.f);
     *reinterpret_cast<float4*>(qs + r * P + c) = v;
     *reinterpret_cast<float4*>(os + r * P + c) = make_float4(0.f, 0.f, 0.f, 0.f);
   }
@@ -83,8 +82,10 @@ __global__ void __launch_bounds__(32 * k_tc_warps)
       const int64_t key = kt + r;
       float4 kv = make_float4(0.f, 0.f, 0.f, 0.f), vv = kv;
       if (key < n_keys) {
-        kv = *reinterpret_cast<const float4*>(static_cast<const float*>(a.k_cache) + key * kv_dim + g * HD + c);
-        vv = *reinterpret_cast<const float4*>(static_cast<const float*>(a.v_cache) + key * kv_dim + g * HD + c);
+        kv = *reinterpret_cast<const float4*>(static_cast<const float*>(a.k_cache) + key * kv_dim +
+                                              g * HD + c);
+        vv = *reinterpret_cast<const float4*>(static_cast<const float*>(a.v_cache) + key * kv_dim +
+                                              g * HD + c);
       }
       *reinterpret_cast<float4*>(ks + r * P + c) = kv;
       *reinterpret_cast<float4*>(vs + r * P + c) = vv;
@@ -178,12 +179,23 @@ void launch_tc(const AttentionArgs& a) {
 }
 }  // namespace
 
-bool attention_tensor_supported(int64_t head_dim) { return head_dim == 64 || head_dim == 128; }
+// Head dims 64 and 128 whose tiles fit the device's shared memory (149 KiB at 128: not on
+// consumer GPUs' 99 KiB a block, which then take the tiled kernel).
+bool attention_tensor_supported(int64_t head_dim) {
+  auto fits = [](auto kernel, size_t smem) {
+    return smem <= max_dynamic_smem(reinterpret_cast<const void*>(kernel));
+  };
+  if (head_dim == 64) return fits(attention_tc_kernel<64>, tc_smem_bytes<64>());
+  if (head_dim == 128) return fits(attention_tc_kernel<128>, tc_smem_bytes<128>());
+  return false;
+}
 
 // ---- launcher (called by attention() for AttentionKernel::TENSOR)
 void attention_tensor(const AttentionArgs& a) {
   FT_CHECK(attention_tensor_supported(a.head_dim) && !a.pos && !a.seq,
-           "attention: the tensor-core kernel needs head_dim 64 or 128 (got {})", a.head_dim);
+           "attention: the tensor-core kernel needs head_dim 64 or 128 that fit shared memory (got "
+           "{})",
+           a.head_dim);
   FT_CHECK(reinterpret_cast<uintptr_t>(a.q) % 16 == 0 &&
                reinterpret_cast<uintptr_t>(a.k_cache) % 16 == 0 &&
                reinterpret_cast<uintptr_t>(a.v_cache) % 16 == 0,

@@ -678,6 +678,10 @@ void attention_decode(const AttentionArgs& a);
 bool attention_decode_gqa_supported(const AttentionArgs& a);
 void attention_decode_gqa(const AttentionArgs& a);
 void set_attention_gqa(bool on);
+// The per-block shared memory the launchers plan with, lowered to `bytes` (0: the device's own;
+// FT_CUDA_SMEM_LIMIT sets it at start-up): a large GPU then takes the tiles and kernels a
+// consumer GPU (99 KiB a block) would. Graphs keep the kernels they were captured with.
+void set_smem_limit(size_t bytes);
 bool attention_tensor_supported(int64_t head_dim);
 void attention_tensor(const AttentionArgs& a);  // the TENSOR kernel (attention() dispatches)
 
@@ -753,6 +757,9 @@ struct StateMarks {
 };
 void gated_delta_rule_chunked(const DeltaRuleArgs& a, const std::vector<int64_t>& starts,
                               const StateMarks& marks = {});
+// Whether the chunked form's tiles at k_dim fit the device's shared memory (130 KiB at 128:
+// not on consumer GPUs' 99 KiB a block; their prefill takes the recurrent form).
+bool gated_delta_rule_chunked_supported(int64_t k_dim);
 // The conv state at each mark (state_capture.cu): the last kernel - 1 inputs before it, from
 // x [n, channels] (the pass's conv inputs) or, for positions before the pass, from the step's
 // conv state (state + seq * seq_stride, [channels, kernel - 1], before the conv ran); to

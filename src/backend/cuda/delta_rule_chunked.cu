@@ -15,8 +15,8 @@
 namespace ft::cuda {
 
 namespace {
-constexpr int k_chunk = 64;   // tokens per chunk (C)
-constexpr int k_bc = 32;      // state columns per block
+constexpr int k_chunk = 64;  // tokens per chunk (C)
+constexpr int k_bc = 32;     // state columns per block
 constexpr int k_threads = 256;
 constexpr int k_max_steps = 32;  // steps per launch (larger batches launch again)
 
@@ -38,7 +38,8 @@ __host__ __device__ constexpr int64_t smem_floats(int64_t dk) {
 
 // ---- kernels
 // Block (column block, value head h, step z).
-__global__ void __launch_bounds__(k_threads) delta_chunked_kernel(const __grid_constant__ ChunkedParams p) {
+__global__ void __launch_bounds__(k_threads)
+    delta_chunked_kernel(const __grid_constant__ ChunkedParams p) {
   extern __shared__ float sm[];
   const DeltaRuleArgs& a = p.a;
   const int64_t dk = a.k_dim, dv = a.v_dim, nv = a.n_v_heads, KS = dk + 1;
@@ -64,7 +65,7 @@ __global__ void __launch_bounds__(k_threads) delta_chunked_kernel(const __grid_c
     const int64_t i = x / k_bc, j = x % k_bc;
     S[x] = col0 + j < dv ? Sg[i * dv + col0 + j] : 0.f;
   }
-  const int j = lane;                       // C, E, F: this thread's column
+  const int j = lane;  // C, E, F: this thread's column
   const bool col_ok = col0 + j < dv;
   int mi = 0;  // the next mark of this step
   while (mi < p.n_marks && p.mark_at[mi] <= t_begin) ++mi;
@@ -224,6 +225,12 @@ __global__ void __launch_bounds__(k_threads) delta_chunked_kernel(const __grid_c
 }
 }  // namespace
 
+bool gated_delta_rule_chunked_supported(int64_t k_dim) {
+  return k_dim > 0 && k_dim <= 128 &&
+         static_cast<size_t>(smem_floats(k_dim)) * sizeof(float) <=
+             max_dynamic_smem(reinterpret_cast<const void*>(delta_chunked_kernel));
+}
+
 // ---- launcher
 void gated_delta_rule_chunked(const DeltaRuleArgs& a, const std::vector<int64_t>& starts,
                               const StateMarks& marks) {
@@ -248,11 +255,13 @@ void gated_delta_rule_chunked(const DeltaRuleArgs& a, const std::vector<int64_t>
   const size_t steps = starts.size() - 1;
   for (size_t s0 = 0; s0 < steps; s0 += k_max_steps) {
     const size_t m = std::min<size_t>(k_max_steps, steps - s0);
-    ChunkedParams p{.a = a, .n_marks = n_marks, .mark_dst = marks.dst,
-                    .mark_stride = marks.dst_stride};
-    for (int32_t i = 0; i < n_marks; ++i) p.mark_at[i] = marks.at[i], p.mark_slot[i] = marks.slot[i];
+    ChunkedParams p{
+        .a = a, .n_marks = n_marks, .mark_dst = marks.dst, .mark_stride = marks.dst_stride};
+    for (int32_t i = 0; i < n_marks; ++i)
+      p.mark_at[i] = marks.at[i], p.mark_slot[i] = marks.slot[i];
     for (size_t i = 0; i <= m; ++i) {
-      FT_CHECK(i == 0 || starts[s0 + i] > starts[s0 + i - 1], "gated_delta_rule_chunked: empty step");
+      FT_CHECK(i == 0 || starts[s0 + i] > starts[s0 + i - 1],
+               "gated_delta_rule_chunked: empty step");
       p.start[i] = static_cast<int32_t>(starts[s0 + i]);
     }
     const dim3 grid(static_cast<unsigned>((a.v_dim + k_bc - 1) / k_bc),

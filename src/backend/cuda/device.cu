@@ -2,6 +2,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <tuple>
@@ -40,6 +42,43 @@ int64_t resident_blocks(const void* kernel, int threads, size_t smem) {
   CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
   CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
   return known[key] = int64_t{sms} * std::max(per_sm, 1);
+}
+
+namespace {
+std::atomic<size_t>& smem_limit() {  // 0: the device's own
+  static std::atomic<size_t> limit{[] {
+    const char* v = std::getenv("FT_CUDA_SMEM_LIMIT");
+    return v ? static_cast<size_t>(std::strtoull(v, nullptr, 10)) : size_t{0};
+  }()};
+  return limit;
+}
+}  // namespace
+
+void set_smem_limit(size_t bytes) { smem_limit().store(bytes); }
+
+size_t max_dynamic_smem(const void* kernel) {
+  // The device's opt-in limit and the kernel's static bytes, remembered per (device, kernel).
+  static std::mutex m;
+  static std::map<std::pair<int, const void*>, std::pair<size_t, size_t>> known;
+  int dev = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  const auto key = std::make_pair(dev, kernel);
+  std::pair<size_t, size_t> lim;
+  {
+    std::lock_guard<std::mutex> lock(m);
+    auto it = known.find(key);
+    if (it == known.end()) {
+      int optin = 0;
+      CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+      cudaFuncAttributes attr{};
+      CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
+      it = known.emplace(key, std::make_pair(size_t(optin), attr.sharedSizeBytes)).first;
+    }
+    lim = it->second;
+  }
+  const size_t cap = smem_limit().load();
+  const size_t limit = cap > 0 ? std::min(lim.first, cap) : lim.first;
+  return limit > lim.second ? limit - lim.second : 0;
 }
 
 }  // namespace ft::cuda

@@ -34,8 +34,8 @@ namespace ft::cuda::qgemv {
 
 namespace {
 constexpr int k_fwarps = 8, k_fthreads = 32 * k_fwarps;
-constexpr int k_tile = 128;          // columns per scale tile
-constexpr int k_max_tok = 4;         // tokens per launch (B columns used)
+constexpr int k_tile = 128;   // columns per scale tile
+constexpr int k_max_tok = 4;  // tokens per launch (B columns used)
 constexpr size_t k_fp8_smem_max = 200 * 1024;
 
 // The launch's QParams (plain matrices, or the experts form: ids, expert_bytes, x_div, x_slot,
@@ -53,7 +53,8 @@ struct Fp8Params {
 
 // Two e4m3 (the low 16 bits of v) -> f16x2, exactly (one cvt on sm_89+).
 __device__ __forceinline__ uint32_t e4m3x2_h2(uint32_t v) {
-  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(v & 0xffffu), __NV_E4M3);
+  const __half2_raw h =
+      __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(v & 0xffffu), __NV_E4M3);
   return static_cast<uint32_t>(h.x) | static_cast<uint32_t>(h.y) << 16;
 }
 
@@ -80,7 +81,8 @@ inline size_t fp8_smem(int n, int tiles) {
   return fp8_ring_at(n, tiles) + size_t{k_fwarps} * k_warp_ring + size_t(n) * tiles * 4;
 }
 
-__global__ void __launch_bounds__(k_fthreads, 3) fp8_mma_kernel(const __grid_constant__ Fp8Params p) {
+__global__ void __launch_bounds__(k_fthreads, 3)
+    fp8_mma_kernel(const __grid_constant__ Fp8Params p) {
   extern __shared__ __align__(16) uint8_t smem[];
   const int ncols = fp8_xstride(p.tiles);
   __half* xs = reinterpret_cast<__half*>(smem);
@@ -91,7 +93,8 @@ __global__ void __launch_bounds__(k_fthreads, 3) fp8_mma_kernel(const __grid_con
   const int S = p.split, ipw = p.tiles_per_warp, sub = warp % S;
   // This warp's group takes strips grp, grp + ngrp, ...; items: its tiles of each.
   const int64_t nstrips = p.strip0[p.q.count];
-  const int64_t ngrp = int64_t{gridDim.x} * (k_fwarps / S), grp = int64_t{blockIdx.x} * (k_fwarps / S) + warp / S;
+  const int64_t ngrp = int64_t{gridDim.x} * (k_fwarps / S),
+                grp = int64_t{blockIdx.x} * (k_fwarps / S) + warp / S;
   const int64_t items = grp < nstrips ? ((nstrips - 1 - grp) / ngrp + 1) * ipw : 0;
 
   // A cursor over the warp's items: strip s (of matrix m, first row row0), tile index k < ipw.
@@ -117,8 +120,8 @@ __global__ void __launch_bounds__(k_fthreads, 3) fp8_mma_kernel(const __grid_con
   auto wmat = [&](int m) { return p.q.w[m] + eoff; };
   // A stage holds chunk c (16 bytes) of lane l at (32 c + l) * 16: each copy and each read-back
   // of the warp is 512 contiguous bytes (no bank conflicts).
-  const uint32_t slot0 = static_cast<uint32_t>(__cvta_generic_to_shared(ring + warp * k_warp_ring)) +
-                         lane * 16;
+  const uint32_t slot0 =
+      static_cast<uint32_t>(__cvta_generic_to_shared(ring + warp * k_warp_ring)) + lane * 16;
   int64_t issued = 0;
   int ist = 0;
   auto issue = [&]() {  // the load cursor's tile into stage ist; one commit group per call
@@ -133,7 +136,8 @@ __global__ void __launch_bounds__(k_fthreads, 3) fp8_mma_kernel(const __grid_con
 #pragma unroll
         for (int v = 0; v < 2; ++v) {  // cols % 16 == 0: whole vectors in or out
           const bool ok = rok && col + 64 * v < p.q.cols;
-          cp_async16(dst + (2 * h + v) * 512, ok ? src + 8 * h * p.q.cols + 64 * v : p.q.w[0], ok ? 16 : 0);
+          cp_async16(dst + (2 * h + v) * 512, ok ? src + 8 * h * p.q.cols + 64 * v : p.q.w[0],
+                     ok ? 16 : 0);
         }
       }
       ist = ist + 1 == k_stages ? 0 : ist + 1;
@@ -155,7 +159,8 @@ __global__ void __launch_bounds__(k_fthreads, 3) fp8_mma_kernel(const __grid_con
     if (e < 0) {  // computed elsewhere: contributes nothing
       for (Cur z{grp, 0, 0, 0}; z.s < nstrips; z.s += ngrp) {
         locate(z);
-        if (sub == 0 && lane < 16 && z.row0 + lane < p.q.rows[z.m]) p.q.y[z.m][yoff + z.row0 + lane] = 0.f;
+        if (sub == 0 && lane < 16 && z.row0 + lane < p.q.rows[z.m])
+          p.q.y[z.m][yoff + z.row0 + lane] = 0.f;
       }
       return;
     }
@@ -184,7 +189,8 @@ __global__ void __launch_bounds__(k_fthreads, 3) fp8_mma_kernel(const __grid_con
     const int ex = a > 0.f ? static_cast<int>((__float_as_uint(a) >> 23) & 0xff) - 127 : 0;
     const int e = 14 - max(ex, -100);
     const float up = __uint_as_float(static_cast<uint32_t>(127 + e) << 23);
-    const __half2 h0 = __floats2half2_rn(v.x * up, v.y * up), h1 = __floats2half2_rn(v.z * up, v.w * up);
+    const __half2 h0 = __floats2half2_rn(v.x * up, v.y * up),
+                  h1 = __floats2half2_rn(v.z * up, v.w * up);
     uint2 packed;
     packed.x = *reinterpret_cast<const uint32_t*>(&h0);
     packed.y = *reinterpret_cast<const uint32_t*>(&h1);
@@ -208,7 +214,8 @@ __global__ void __launch_bounds__(k_fthreads, 3) fp8_mma_kernel(const __grid_con
   for (int64_t i = 0; i < items; ++i) {
     issue();
     cp_async_wait<k_stages - 1>();  // this lane's copies of item i have landed
-    const uint4* mine = reinterpret_cast<const uint4*>(ring + warp * k_warp_ring + cst * 32 * k_lane_bytes) + lane;
+    const uint4* mine =
+        reinterpret_cast<const uint4*>(ring + warp * k_warp_ring + cst * 32 * k_lane_bytes) + lane;
     cst = cst + 1 == k_stages ? 0 : cst + 1;
     const int tile = sub + S * cp.k;
     if (tile < p.tiles) {
@@ -229,7 +236,8 @@ __global__ void __launch_bounds__(k_fthreads, 3) fp8_mma_kernel(const __grid_con
                    e4m3x2_h2(wh[j] >> 16), jj ? b.z : b.x, jj ? b.w : b.y);
         }
       }
-      const float* sm = p.q.ids ? reinterpret_cast<const float*>(wmat(cp.m) + p.scale_offset) : p.q.scale_inv[cp.m];
+      const float* sm = p.q.ids ? reinterpret_cast<const float*>(wmat(cp.m) + p.scale_offset)
+                                : p.q.scale_inv[cp.m];
       const float sc = __ldg(sm + (cp.row0 / 128) * p.tiles + tile);
       const float f0 = live0 ? sc * xf0[tile] : 0.f, f1 = live1 ? sc * xf1[tile] : 0.f;
       acc[0] = fmaf(f0, d[0], acc[0]), acc[1] = fmaf(f1, d[1], acc[1]);
@@ -273,9 +281,12 @@ __global__ void __launch_bounds__(k_fthreads, 3) fp8_mma_kernel(const __grid_con
 // slots: the experts form's slot count (grid.y), 1 for plain matrices.
 bool launch(Fp8Params& p, int64_t slots) {
   const size_t dyn = fp8_smem(p.n, p.tiles);
-  if (dyn > k_fp8_smem_max) return false;
+  // At most what this device allows a block (consumer GPUs: 99 KiB; sm_80: 163).
+  const size_t most =
+      std::min(k_fp8_smem_max, max_dynamic_smem(reinterpret_cast<const void*>(fp8_mma_kernel)));
+  if (dyn > most) return false;
   static std::atomic<uint64_t> opted{0};
-  opt_in_smem(fp8_mma_kernel, static_cast<int>(k_fp8_smem_max), opted);
+  opt_in_smem(fp8_mma_kernel, static_cast<int>(most), opted);
   const int64_t resident =
       resident_blocks(reinterpret_cast<const void*>(fp8_mma_kernel), k_fthreads, dyn);
   // S: the fewest warps per strip that still give every resident warp a strip (up to 8).
@@ -301,9 +312,13 @@ bool launch_fp8(const QParams& q, int64_t nt, int64_t slots, size_t scale_offset
                   (q.x_up && !al16(q.x_up))
             : q.x_up != nullptr)
     return false;
-  Fp8Params p{.q = q, .n = static_cast<int>(nt),
-              .tiles = static_cast<int>((q.cols + k_tile - 1) / k_tile), .split = 1,
-              .tiles_per_warp = 1, .strip0 = {0}, .scale_offset = scale_offset,
+  Fp8Params p{.q = q,
+              .n = static_cast<int>(nt),
+              .tiles = static_cast<int>((q.cols + k_tile - 1) / k_tile),
+              .split = 1,
+              .tiles_per_warp = 1,
+              .strip0 = {0},
+              .scale_offset = scale_offset,
               .ids_early = ids_early};
   for (int m = 0; m < q.count; ++m) {
     if (!al16(q.w[m])) return false;

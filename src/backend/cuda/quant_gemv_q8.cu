@@ -222,12 +222,31 @@ __global__ void __launch_bounds__(k_threads, NT == 1 ? 3 : 2)
   }
 }
 
+// The most dynamic shared memory a block may use: k_max_dyn_smem, or what this device allows
+// a block less the static buffers (consumer GPUs: 99 KiB).
+template <class F, int NT>
+size_t most_dyn_smem() {
+  return std::min(k_max_dyn_smem,
+                  max_dynamic_smem(reinterpret_cast<const void*>(qgemv_q8_kernel<F, NT>)));
+}
+
+template <class F>
+size_t most_dyn_smem(int64_t nt) {
+  switch (nt) {
+    case 1: return most_dyn_smem<F, 1>();
+    case 2: return most_dyn_smem<F, 2>();
+    case 3: return most_dyn_smem<F, 3>();
+    default: return most_dyn_smem<F, 4>();
+  }
+}
+
 // Dynamic shared memory above 24 KiB (with the <= 22 KiB static chunk buffers: above the
 // default 48 KiB) needs an opt-in, once per kernel and device.
 template <class F, int NT>
 void launch_nt(const QParams& p, dim3 grid, size_t dyn) {
   static std::atomic<uint64_t> opted{0};
-  if (dyn > 24 * 1024) opt_in_smem(qgemv_q8_kernel<F, NT>, static_cast<int>(k_max_dyn_smem), opted);
+  if (dyn > 24 * 1024)
+    opt_in_smem(qgemv_q8_kernel<F, NT>, static_cast<int>(most_dyn_smem<F, NT>()), opted);
   launch_kernel(qgemv_q8_kernel<F, NT>, grid, dim3(k_threads), dyn, p);
 }
 
@@ -267,6 +286,7 @@ bool launch_q8(DType dt, QParams& p, int64_t nt, int64_t slots) {
         launched = true;
         return;
       }
+      if (dyn > 24 * 1024 && dyn > most_dyn_smem<F>(nt)) return;  // the f32 kernel's path
       // Row groups per block: about 3 blocks per SM, so every block is resident at once and the
       // activation quantization is amortised over many rows; at most 16 groups each.
       static const int sms = sm_count();
