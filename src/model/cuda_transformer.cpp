@@ -56,13 +56,17 @@ size_t resident_bytes(const ModelWeights& w) {
   return b;
 }
 
-// The L2 prefetch of a decode kernel: the matrices later launches read (null ones skipped).
-// FT_L2_PREFETCH=0: none, for A/B runs.
+// The L2 prefetch of a decode kernel: the matrices later launches read (null ones skipped),
+// none when they would take more than half of the device's L2 (an RTX 3090's 6 MiB: the
+// prefetch would evict itself). FT_L2_PREFETCH=0: none, for A/B runs.
 cuda::L2Prefetch l2_prefetch(std::initializer_list<const cuda::DeviceMatrix*> ms) {
   static const bool on = env_on("FT_L2_PREFETCH");
   cuda::L2Prefetch p;
-  if (on)
-    for (const cuda::DeviceMatrix* m : ms) p.add(*m);
+  if (!on) return p;
+  for (const cuda::DeviceMatrix* m : ms) p.add(*m);
+  int64_t total = 0;
+  for (int i = 0; i < cuda::L2Prefetch::k_ranges; ++i) total += p.bytes[i];
+  if (static_cast<size_t>(total) > cuda::l2_cache_bytes() / 2) return {};
   return p;
 }
 }  // namespace

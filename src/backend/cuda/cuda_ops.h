@@ -17,6 +17,9 @@ namespace ft::cuda {
 int device_count();
 // "NVIDIA H200, 139.8 GiB, sm_90" for device 0, or a reason when unavailable.
 std::string device_summary();
+// The current device's L2 cache in bytes (50 MiB on an H100 / H200, 72 on an RTX 4090, 6 on an
+// RTX 3090): the decode L2 prefetches size themselves by it.
+size_t l2_cache_bytes();
 
 // ---- memory (memory.cu)
 

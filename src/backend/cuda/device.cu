@@ -44,6 +44,8 @@ int64_t resident_blocks(const void* kernel, int threads, size_t smem) {
   return known[key] = int64_t{sms} * std::max(per_sm, 1);
 }
 
+size_t l2_cache_bytes() { return static_cast<size_t>(device_attribute(cudaDevAttrL2CacheSize)); }
+
 namespace {
 std::atomic<size_t>& smem_limit() {  // 0: the device's own
   static std::atomic<size_t> limit{[] {
