@@ -332,7 +332,7 @@ std::vector<Check> attention_checks() {
       {"attention/decode_gqa_window_sinks", [] { return decode_with(true, true); }},
       {"attention/qk_rope_store_bf16", check_store_bf16},
       // A consumer GPU's 99 KiB a block: flash prefill with half-length tiles at head_dim
-      // 128 / 256, GQA decode in 4-warp blocks (head_dim 256: the block per q head).
+      // 128 / 256, GQA decode (head_dim 128) in 4-warp blocks.
       {"attention/consumer_smem",
        [] {
          cuda::set_smem_limit(99 * 1024);

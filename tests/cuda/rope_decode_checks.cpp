@@ -186,9 +186,9 @@ std::string layout_name(const Layout& l) {
   return s;
 }
 
-// Pass layouts at chunk boundaries (128-key chunks, 64 in the GQA kernel; 4 chunks at most, so
-// chunks grow past 512 / 256 keys), runs of one sequence crossing them, a sequence's first
-// tokens and the last position.
+// Pass layouts at chunk boundaries (128-key chunks, 64 in the GQA kernel at head_dim 256; 4
+// chunks at most, so chunks grow past 512 / 256 keys), runs of one sequence crossing them, a
+// sequence's first tokens and the last position.
 const std::vector<Layout>& layouts() {
   static const std::vector<Layout> l = {{{2, 0}, {0, 127}, {1, 128}},
                                         {{0, 510}, {0, 511}, {0, 512}, {1, 5}},

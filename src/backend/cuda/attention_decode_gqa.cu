@@ -388,8 +388,9 @@ void launch_warps(const AttentionArgs& a) {
   // 50 MB L2 (DEVELOPERS.md). A/B: FT_ATTN_PREFETCH_KB (-1: 512 keys a chunk),
   // FT_ATTN_KV_EVICT_FIRST=0.
   // (A sixth of L2 where that is less: 8 MiB on the H200's 50 MiB, 1 MiB on a 6 MiB L2.)
-  static const int64_t prefetch_kb = env_int(
-      "FT_ATTN_PREFETCH_KB", std::min<int64_t>(8192, static_cast<int64_t>(l2_cache_bytes()) / 6144));
+  static const int64_t prefetch_kb =
+      env_int("FT_ATTN_PREFETCH_KB",
+              std::min<int64_t>(8192, static_cast<int64_t>(l2_cache_bytes()) / 6144));
   static const bool evict_first = env_on("FT_ATTN_KV_EVICT_FIRST");
   AttentionArgs b = a;
   b.split.resident =
@@ -408,8 +409,8 @@ bool fits() {
   if constexpr (W > block_warps<HD>()) {
     return false;
   } else {
-    const auto kernel = gqa_kernel<HD, W, true>;  // the fused-rope variant: more static smem
-    return smem_bytes<HD, W>() <= max_dynamic_smem(reinterpret_cast<const void*>(kernel));
+    // The fused-rope variant: more static shared memory.
+    return smem_fits(gqa_kernel<HD, W, true>, smem_bytes<HD, W>());
   }
 }
 
@@ -423,18 +424,9 @@ int warps() {
 }
 
 int warps(int64_t head_dim) {
-  switch (head_dim) {
-    case 32:
-      return warps<32>();
-    case 64:
-      return warps<64>();
-    case 128:
-      return warps<128>();
-    case 256:
-      return warps<256>();
-    default:
-      return 0;
-  }
+  int w = 0;
+  with_head_dim(head_dim, [&](auto hd) { w = warps<decltype(hd)::value>(); });
+  return w;
 }
 
 template <int HD>
@@ -463,16 +455,7 @@ bool attention_decode_gqa_supported(const AttentionArgs& a) {
 
 // ---- launcher (attention_decode() dispatches here where attention_decode_gqa_supported)
 void attention_decode_gqa(const AttentionArgs& a) {
-  switch (a.head_dim) {
-    case 32:
-      return launch<32>(a);
-    case 64:
-      return launch<64>(a);
-    case 128:
-      return launch<128>(a);
-    default:
-      return launch<256>(a);
-  }
+  with_head_dim(a.head_dim, [&](auto hd) { launch<decltype(hd)::value>(a); });
 }
 
 }  // namespace ft::cuda

@@ -202,8 +202,7 @@ void launch_bk(const AttentionArgs& a) {
 
 template <int HD, int BK>
 bool fits() {
-  return smem_bytes<HD, BK>() <=
-         max_dynamic_smem(reinterpret_cast<const void*>(flash_kernel<HD, BK>));
+  return smem_fits(flash_kernel<HD, BK>, smem_bytes<HD, BK>());
 }
 
 // Keys per tile at HD on this device: bk<HD>(), else half of it, else 0 (unsupported).
@@ -217,18 +216,9 @@ int tile() {
 }
 
 int tile(int64_t head_dim) {
-  switch (head_dim) {
-    case 32:
-      return tile<32>();
-    case 64:
-      return tile<64>();
-    case 128:
-      return tile<128>();
-    case 256:
-      return tile<256>();
-    default:
-      return 0;
-  }
+  int bk = 0;
+  with_head_dim(head_dim, [&](auto hd) { bk = tile<decltype(hd)::value>(); });
+  return bk;
 }
 
 template <int HD>
@@ -254,16 +244,7 @@ void attention_flash(const AttentionArgs& a) {
                reinterpret_cast<uintptr_t>(a.out) % 8 == 0,
            "attention_flash: unaligned q/k/v/out");
   if (a.n_tokens == 0) return;
-  switch (a.head_dim) {
-    case 32:
-      return launch<32>(a);
-    case 64:
-      return launch<64>(a);
-    case 128:
-      return launch<128>(a);
-    default:
-      return launch<256>(a);
-  }
+  with_head_dim(a.head_dim, [&](auto hd) { launch<decltype(hd)::value>(a); });
 }
 
 }  // namespace ft::cuda

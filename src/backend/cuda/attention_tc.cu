@@ -182,11 +182,8 @@ void launch_tc(const AttentionArgs& a) {
 // Head dims 64 and 128 whose tiles fit the device's shared memory (149 KiB at 128: not on
 // consumer GPUs' 99 KiB a block, which then take the tiled kernel).
 bool attention_tensor_supported(int64_t head_dim) {
-  auto fits = [](auto kernel, size_t smem) {
-    return smem <= max_dynamic_smem(reinterpret_cast<const void*>(kernel));
-  };
-  if (head_dim == 64) return fits(attention_tc_kernel<64>, tc_smem_bytes<64>());
-  if (head_dim == 128) return fits(attention_tc_kernel<128>, tc_smem_bytes<128>());
+  if (head_dim == 64) return smem_fits(attention_tc_kernel<64>, tc_smem_bytes<64>());
+  if (head_dim == 128) return smem_fits(attention_tc_kernel<128>, tc_smem_bytes<128>());
   return false;
 }
 

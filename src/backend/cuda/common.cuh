@@ -75,9 +75,14 @@ int64_t resident_blocks(const void* kernel, int threads, size_t smem);
 // The dynamic shared memory one block of `kernel` may opt into on the current device: the
 // device's per-block opt-in limit (227 KiB on sm_90, 163 on sm_80, 99 on sm_86 / 89 / 120)
 // less the kernel's static shared memory. FT_CUDA_SMEM_LIMIT=bytes or set_smem_limit
-// (cuda_ops.h) lowers the device limit, so a large GPU runs the paths a consumer GPU takes. Launchers whose tiles may
-// not fit pick smaller ones or another kernel by it instead of failing the opt-in.
+// (cuda_ops.h) lowers the device limit, so a large GPU runs the paths a consumer GPU takes.
+// Launchers whose tiles may not fit pick smaller ones or another kernel by it instead of
+// failing the opt-in (smem_fits).
 size_t max_dynamic_smem(const void* kernel);
+template <class Kernel>
+bool smem_fits(Kernel kernel, size_t bytes) {
+  return bytes <= max_dynamic_smem(reinterpret_cast<const void*>(kernel));
+}
 
 // kernel<<<grid, block, smem, stream()>>>(args...) with PDL when pdl_enabled(); checks the launch.
 template <typename... KArgs, typename... Args>

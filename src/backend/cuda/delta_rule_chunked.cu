@@ -227,8 +227,7 @@ __global__ void __launch_bounds__(k_threads)
 
 bool gated_delta_rule_chunked_supported(int64_t k_dim) {
   return k_dim > 0 && k_dim <= 128 &&
-         static_cast<size_t>(smem_floats(k_dim)) * sizeof(float) <=
-             max_dynamic_smem(reinterpret_cast<const void*>(delta_chunked_kernel));
+         smem_fits(delta_chunked_kernel, static_cast<size_t>(smem_floats(k_dim)) * sizeof(float));
 }
 
 // ---- launcher

@@ -3,13 +3,13 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <tuple>
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_ops.h"
+#include "base/env.h"
 
 namespace ft::cuda {
 
@@ -48,10 +48,8 @@ size_t l2_cache_bytes() { return static_cast<size_t>(device_attribute(cudaDevAtt
 
 namespace {
 std::atomic<size_t>& smem_limit() {  // 0: the device's own
-  static std::atomic<size_t> limit{[] {
-    const char* v = std::getenv("FT_CUDA_SMEM_LIMIT");
-    return v ? static_cast<size_t>(std::strtoull(v, nullptr, 10)) : size_t{0};
-  }()};
+  static std::atomic<size_t> limit{
+      static_cast<size_t>(std::max(0LL, env_int("FT_CUDA_SMEM_LIMIT", 0)))};
   return limit;
 }
 }  // namespace

@@ -7,7 +7,31 @@
 #include <cuda_bf16.h>
 #include <stdint.h>
 
+#include <type_traits>
+
 namespace ft::cuda {
+
+// fn(std::integral_constant<int, HD>{}) for the head dims both kernels are built for (32, 64,
+// 128, 256): their launchers' dispatch. False (fn not called) for any other head dim.
+template <class Fn>
+bool with_head_dim(int64_t head_dim, Fn&& fn) {
+  switch (head_dim) {
+    case 32:
+      fn(std::integral_constant<int, 32>{});
+      return true;
+    case 64:
+      fn(std::integral_constant<int, 64>{});
+      return true;
+    case 128:
+      fn(std::integral_constant<int, 128>{});
+      return true;
+    case 256:
+      fn(std::integral_constant<int, 256>{});
+      return true;
+    default:
+      return false;
+  }
+}
 
 __device__ __forceinline__ uint32_t smem_u32(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
