@@ -29,6 +29,7 @@
 #include "base/error.h"
 #include "base/timer.h"
 #include "cli/bench_bw.h"
+#include "cli/bench_offload.h"
 #include "engine/sampler.h"
 #include "experts/bw_devices.h"
 #include "experts/bw_profile.h"
@@ -192,15 +193,9 @@ double decode_tps(const Model& model, const CudaOffload& offload, int64_t decode
   tf.forward(prompt.data(), 16, 0, logits.data(), false);
   int32_t next = argmax(logits.data(), c.vocab_size);
   int64_t pos = 16;
-  for (int i = 0; i < 4; ++i, ++pos) {
-    tf.forward(&next, 1, pos, logits.data(), false);
-    next = argmax(logits.data(), c.vocab_size);
-  }
+  for (int i = 0; i < 4; ++i, ++pos) next = greedy_step(tf, next, pos, logits);
   Timer t;
-  for (int64_t i = 0; i < decode; ++i, ++pos) {
-    tf.forward(&next, 1, pos, logits.data(), false);
-    next = argmax(logits.data(), c.vocab_size);
-  }
+  for (int64_t i = 0; i < decode; ++i, ++pos) next = greedy_step(tf, next, pos, logits);
   return decode / t.seconds();
 }
 

@@ -25,6 +25,7 @@
 
 #include "backend/cpu/thread_pool.h"
 #include "backend/cuda/cuda_ops.h"
+#include "base/env.h"
 #include "base/error.h"
 #include "ops/ops.h"
 #include "engine/sampler.h"
@@ -35,6 +36,13 @@
 #include "quant/quant.h"
 
 namespace ft::cli {
+
+int32_t greedy_step(CudaTransformer& tf, int32_t id, int64_t pos, std::vector<float>& logits) {
+  static const bool device = env_on("FT_DEVICE_ARGMAX");
+  if (device) return tf.forward_argmax(&id, 1, pos);
+  tf.forward(&id, 1, pos, logits.data(), false);
+  return argmax(logits.data(), static_cast<int64_t>(logits.size()));
+}
 
 namespace {
 struct OffloadBenchOptions {
@@ -227,16 +235,10 @@ Row run_budget(const OffloadBenchOptions& o, const Model& model, const HostExper
   tf.forward(prompt.data(), o.decode_prompt, 0, logits.data(), false);
   int32_t next = argmax(logits.data(), static_cast<int64_t>(logits.size()));
   int64_t pos = o.decode_prompt;
-  for (int64_t i = 0; i < o.warmup; ++i, ++pos) {
-    tf.forward(&next, 1, pos, logits.data(), false);
-    next = argmax(logits.data(), static_cast<int64_t>(logits.size()));
-  }
+  for (int64_t i = 0; i < o.warmup; ++i, ++pos) next = greedy_step(tf, next, pos, logits);
   const CudaRuntimeStats s0 = tf.runtime_stats();
   Timer t;
-  for (int64_t i = 0; i < o.decode; ++i, ++pos) {
-    tf.forward(&next, 1, pos, logits.data(), false);
-    next = argmax(logits.data(), static_cast<int64_t>(logits.size()));
-  }
+  for (int64_t i = 0; i < o.decode; ++i, ++pos) next = greedy_step(tf, next, pos, logits);
   const double decode_s = t.seconds();
   const CudaRuntimeStats s1 = tf.runtime_stats();
   const double fetched = static_cast<double>(s1.fetched_bytes - s0.fetched_bytes) / o.decode;
@@ -301,10 +303,7 @@ Row run_budget(const OffloadBenchOptions& o, const Model& model, const HostExper
   if (!decode_only && !o.prompts.empty() && o.prompts.back() <= fit) {
     next = argmax(logits.data(), static_cast<int64_t>(logits.size()));
     Timer tt;
-    for (int64_t i = 0; i < o.decode; ++i, ++pos) {
-      tf.forward(&next, 1, pos, logits.data(), false);
-      next = argmax(logits.data(), static_cast<int64_t>(logits.size()));
-    }
+    for (int64_t i = 0; i < o.decode; ++i, ++pos) next = greedy_step(tf, next, pos, logits);
     row.turn_tps = o.decode / tt.seconds();
     for (int64_t e : o.extends) {
       const auto ids = random_ids(e);

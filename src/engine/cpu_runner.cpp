@@ -51,12 +51,15 @@ class CpuRunner : public Runner {
 
   void forward_batch(std::span<const RunnerStep> steps) override {
     batch_.clear();
-    for (const RunnerStep& s : steps) {
+    const int64_t vocab = model_.config().vocab_size;
+    for (size_t i = 0; i < steps.size(); ++i) {
+      const RunnerStep& s = steps[i];
       FT_CHECK(s.seq >= 0 && s.seq < max_seqs() && kv_[s.seq], "slot {} is not open", s.seq);
-      batch_.push_back({kv_[s.seq].get(), s.ids, s.n, s.pos0, s.logits});
+      batch_.push_back({kv_[s.seq].get(), s.ids, s.n, s.pos0, argmax_.logits_for(s, i, vocab)});
       len_[s.seq] = std::max(len_[s.seq], s.pos0 + s.n);
     }
     tf_.forward_batch(batch_);
+    argmax_.finish(steps, vocab);
     ++stats_.steps;
   }
 
@@ -109,6 +112,7 @@ class CpuRunner : public Runner {
   std::vector<int64_t> len_;  // [max_seqs] tokens each open slot holds (pools' "used")
   std::vector<std::unique_ptr<KVCache>> kv_;  // [max_seqs]; null while the slot is free
   std::vector<SeqStep> batch_;
+  HostArgmax argmax_;
   RunnerStats stats_;
 };
 }  // namespace

@@ -158,7 +158,7 @@ class CudaRunner : public Runner {
   void forward_batch(std::span<const RunnerStep> steps) override {
     batch_.clear();
     for (const RunnerStep& s : steps)
-      batch_.push_back({s.seq, s.ids, s.n, s.pos0, s.logits, s.marks, s.n_marks});
+      batch_.push_back({s.seq, s.ids, s.n, s.pos0, s.logits, s.marks, s.n_marks, s.argmax});
     tf_.forward_batch(batch_);
   }
 

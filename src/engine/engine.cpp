@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 
+#include "base/env.h"
 #include "base/error.h"
 #include "base/log.h"
 #include "base/timer.h"
@@ -26,6 +27,10 @@ struct Engine::Slot {
   std::string held;  // decoded text held back while it could still start a stop string
   std::vector<float> logits;
   std::vector<int32_t> counts;  // generated-token counts (penalties); empty when unused
+  // Greedy with nothing that reads the logits (penalties, a processor, logprobs): the runner
+  // returns the argmax id into next_id and the logits stay where they were computed.
+  bool argmax_only = false;
+  int32_t next_id = 0;
   Timer timer;
   double ttft = -1;
   bool restored = false;          // the prefix cache was consulted
@@ -42,6 +47,9 @@ struct Engine::Slot {
         prompt_len(static_cast<int64_t>(req->prompt.size())), sampler(req->sampling),
         detok(tok, req->skip_special), logits(c.vocab_size) {
     if (req->presence_penalty != 0 || req->frequency_penalty != 0) counts.assign(c.vocab_size, 0);
+    static const bool device_argmax = env_on("FT_DEVICE_ARGMAX");  // 0: logits, for A/B runs
+    argmax_only = device_argmax && req->sampling.temperature <= 0.f && counts.empty() &&
+                  req->repetition_penalty == 1.f && !req->processor && req->top_logprobs < 0;
     runner.open(seq);
   }
   ~Slot() { runner.close(seq); }
@@ -450,7 +458,9 @@ void Engine::step(std::vector<std::unique_ptr<Slot>>& running) {
   for (auto& s : running) s->marks.clear(), s->mark_ids.clear();
   for (auto& s : running)
     if (static_cast<int64_t>(s->tokens.size()) - s->done == 1 && s->done >= s->prompt_len) {
-      batch.push_back({s->seq, s->tokens.data() + s->done, 1, s->done, s->logits.data()});
+      batch.push_back({s->seq, s->tokens.data() + s->done, 1, s->done,
+                       s->argmax_only ? nullptr : s->logits.data()});
+      if (s->argmax_only) batch.back().argmax = &s->next_id;
       members.push_back(s.get());
       --budget;
       ++decode;
@@ -469,8 +479,9 @@ void Engine::step(std::vector<std::unique_ptr<Slot>>& running) {
     }
     const bool last = n == left;
     batch.push_back({s->seq, s->tokens.data() + s->done, n, s->done,
-                     last ? s->logits.data() : nullptr, s->marks.data(),
-                     static_cast<int32_t>(s->marks.size())});
+                     last && !s->argmax_only ? s->logits.data() : nullptr, s->marks.data(),
+                     static_cast<int32_t>(s->marks.size()),
+                     last && s->argmax_only ? &s->next_id : nullptr});
     members.push_back(s.get());
     budget -= n;
     prefill += n;
@@ -492,12 +503,15 @@ void Engine::step(std::vector<std::unique_ptr<Slot>>& running) {
     Slot& s = *members[b];
     s.done += batch[b].n;
     prefix_save(s, false);
-    if (!batch[b].logits) continue;  // mid-prompt chunk
+    if (!batch[b].logits && !batch[b].argmax) continue;  // mid-prompt chunk
     Request& r = *s.req;
-    apply_penalties(r, s.tokens, s.counts, s.logits);
-    if (r.processor)
-      r.processor->process(s.logits, std::span<const int32_t>(s.tokens).subspan(s.prompt_len));
-    const int32_t id = s.sampler.sample(s.logits.data(), static_cast<int64_t>(s.logits.size()));
+    int32_t id = s.next_id;
+    if (!s.argmax_only) {
+      apply_penalties(r, s.tokens, s.counts, s.logits);
+      if (r.processor)
+        r.processor->process(s.logits, std::span<const int32_t>(s.tokens).subspan(s.prompt_len));
+      id = s.sampler.sample(s.logits.data(), static_cast<int64_t>(s.logits.size()));
+    }
     if (s.ttft < 0) s.ttft = s.timer.seconds();
     s.tokens.push_back(id);
     if (!s.counts.empty()) ++s.counts[id];

@@ -11,6 +11,7 @@
 
 #include "backend/cpu/thread_pool.h"
 #include "base/error.h"
+#include "engine/sampler.h"
 #include "model/transformer.h"
 
 namespace ft {
@@ -18,7 +19,10 @@ namespace ft {
 // One sequence's part of a step: n tokens at positions pos0.. appended to slot seq's cache;
 // logits [vocab] of the last token, or nullptr when not needed (a mid-prompt chunk). marks:
 // n_marks ascending positions in (pos0, pos0 + n) where the runner captures the recurrent
-// state (Runner::capture_slots), numbered in batch order from 0.
+// state (Runner::capture_slots), numbered in batch order from 0. argmax: where the last
+// token's greedy id goes (ft::argmax of its logits; a greedy request without penalties or
+// logprobs needs no more), or nullptr; the CUDA runner finds it on the device and leaves the
+// logits row there when logits is null.
 struct RunnerStep {
   int seq;
   const int32_t* ids;
@@ -27,6 +31,27 @@ struct RunnerStep {
   float* logits;
   const int64_t* marks = nullptr;
   int32_t n_marks = 0;
+  int32_t* argmax = nullptr;
+};
+
+// For runners that find argmax on the host: a logits row for each step that asks only for its
+// argmax (logits_for), and the ids once the pass has filled them (finish).
+class HostArgmax {
+ public:
+  float* logits_for(const RunnerStep& s, size_t i, int64_t vocab) {
+    if (s.logits || !s.argmax) return s.logits;
+    if (rows_.size() <= i) rows_.resize(i + 1);
+    rows_[i].resize(static_cast<size_t>(vocab));
+    return rows_[i].data();
+  }
+  void finish(std::span<const RunnerStep> steps, int64_t vocab) {
+    for (size_t i = 0; i < steps.size(); ++i)
+      if (steps[i].argmax)
+        *steps[i].argmax = argmax(steps[i].logits ? steps[i].logits : rows_[i].data(), vocab);
+  }
+
+ private:
+  std::vector<std::vector<float>> rows_;
 };
 
 // Counters since start-up (cumulative) and the memory plan, for /v1/stats, /metrics and the

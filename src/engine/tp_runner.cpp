@@ -158,8 +158,13 @@ class TpRunner : public Runner {
   void close(int) override {}
   void forward_batch(std::span<const RunnerStep> steps) override {
     batch_.clear();
-    for (const RunnerStep& s : steps) batch_.push_back({s.seq, s.ids, s.n, s.pos0, s.logits});
+    const int64_t vocab = model_.config().vocab_size;
+    for (size_t i = 0; i < steps.size(); ++i) {
+      const RunnerStep& s = steps[i];
+      batch_.push_back({s.seq, s.ids, s.n, s.pos0, argmax_.logits_for(s, i, vocab)});
+    }
     tp_.forward_batch(batch_);
+    argmax_.finish(steps, vocab);
   }
   // Rank 0's figures, with the expert counts as one GPU would count them: slices (every rank
   // looks up the same experts' slices) rank 0's; whole experts (each rank its own) the local
@@ -191,6 +196,7 @@ class TpRunner : public Runner {
   RunnerStats base_;  // before tp_: the setup writes it
   TpTransformer tp_;
   std::vector<CudaSeqStep> batch_;
+  HostArgmax argmax_;
 };
 }  // namespace
 

@@ -89,6 +89,7 @@ MemoryRequest cuda_offload_request(const Model& model, const HostExperts& expert
                                (3 * H + 2 * c.q_dim() + 2 * c.kv_dim() +
                                 2 * std::max<int64_t>(c.ffn_dim, 1) + c.routed_experts() + 2 * k);
   scratch += f * std::min(T, k_logit_rows) * c.vocab_size;                      // logits
+  scratch += 4 * cuda::k_gemv_max_tokens;                                        // argmax ids
   if (const int64_t vl = model.weights().lm_head.shape[0]; vl < c.vocab_size)  // vocab split
     scratch += f * std::min(T, k_logit_rows) * (c.vocab_size + 3 * vl);  // piece + gather
   scratch += 2 * T * widest * 2 + cuda::Blas::k_dequant_elems * f;              // Blas
@@ -289,6 +290,8 @@ CudaTransformer::CudaTransformer(const Model& model, int64_t capacity, int64_t m
   logits_ = floats(logit_rows_ * c_.vocab_size);
   logits_host_ = cuda::PinnedBuffer(std::min(T, cuda::k_gemv_max_tokens) * c_.vocab_size *
                                     sizeof(float));
+  argmax_host_ = cuda::PinnedBuffer(cuda::k_gemv_max_tokens * sizeof(int32_t));
+  argmax_ = cuda::DeviceBuffer(cuda::k_gemv_max_tokens * sizeof(int32_t));
 }
 
 cuda::DeviceMatrix CudaTransformer::upload(const TensorView& t) {
@@ -387,6 +390,17 @@ CudaRuntimeStats CudaTransformer::runtime_stats() const {
 
 void CudaTransformer::forward(const int32_t* ids, int64_t n, int64_t pos0, float* logits,
                               bool all_logits) {
+  forward_seq0(ids, n, pos0, logits, all_logits, nullptr);
+}
+
+int32_t CudaTransformer::forward_argmax(const int32_t* ids, int64_t n, int64_t pos0) {
+  int32_t id = 0;
+  forward_seq0(ids, n, pos0, nullptr, false, &id);
+  return id;
+}
+
+void CudaTransformer::forward_seq0(const int32_t* ids, int64_t n, int64_t pos0, float* logits,
+                                   bool all_logits, int32_t* argmax) {
   if (n <= 0) fail("forward: no tokens");
   if (pos0 < 0 || pos0 + n > capacity_)
     fail("sequence of {} tokens exceeds the context size {}", pos0 + n, capacity_);
@@ -396,11 +410,13 @@ void CudaTransformer::forward(const int32_t* ids, int64_t n, int64_t pos0, float
   ++rt_.steps;
   for (int64_t s = 0; s < n; s += max_chunk_) {
     const int64_t m = std::min(max_chunk_, n - s);
+    const bool last = s + m == n;
     const CudaSeqStep step{.seq = 0,
                            .ids = ids + s,
                            .n = m,
                            .pos0 = pos0 + s,
-                           .logits = !all_logits && s + m == n ? logits : nullptr};
+                           .logits = !all_logits && last ? logits : nullptr,
+                           .argmax = last ? argmax : nullptr};
     pass({&step, 1}, m, all_logits ? logits + s * c_.vocab_size : nullptr);
   }
 }
@@ -471,13 +487,22 @@ void CudaTransformer::pass(std::span<const CudaSeqStep> steps, int64_t n, float*
       run_layers(steps, n);
       all_logits(n);
     }
+    // Greedy steps read back their argmax ids; the logits come back only when asked for.
+    bool want_logits = logits_all != nullptr, want_ids = false;
+    for (const CudaSeqStep& s : steps)
+      want_logits = want_logits || s.logits, want_ids = want_ids || s.argmax;
+    if (want_ids) {
+      cuda::argmax_rows(lg, n, V, argmax_.as<int32_t>());
+      cuda::copy_to_host(argmax_host_.data(), argmax_.data(), n * sizeof(int32_t));
+    }
     auto* host = static_cast<float*>(logits_host_.data());
-    cuda::copy_to_host(host, lg, n * V * sizeof(float));
+    if (want_logits) cuda::copy_to_host(host, lg, n * V * sizeof(float));
     if (logits_all) std::memcpy(logits_all, host, n * V * sizeof(float));
     int64_t off = 0;
     for (const CudaSeqStep& s : steps) {
       off += s.n;
       if (s.logits) std::memcpy(s.logits, host + (off - 1) * V, V * sizeof(float));
+      if (s.argmax) *s.argmax = static_cast<const int32_t*>(argmax_host_.data())[off - 1];
     }
     timing_end();
     if (share_) share_->check();  // the CPU share answered every layer
@@ -497,10 +522,14 @@ void CudaTransformer::pass(std::span<const CudaSeqStep> steps, int64_t n, float*
   int64_t off = 0;
   for (const CudaSeqStep& s : steps) {
     off += s.n;
-    if (!s.logits) continue;
+    if (!s.logits && !s.argmax) continue;
     cuda::rmsnorm(x + (off - 1) * H, 1, H, final_norm_, c_.rms_eps, xn);
     lm_head_rows(xn, 1, lg);
-    cuda::copy_to_host(s.logits, lg, V * sizeof(float));
+    if (s.logits) cuda::copy_to_host(s.logits, lg, V * sizeof(float));
+    if (s.argmax) {
+      cuda::argmax_rows(lg, 1, V, argmax_.as<int32_t>());
+      cuda::copy_to_host(s.argmax, argmax_.data(), sizeof(int32_t));
+    }
   }
 }
 

@@ -53,6 +53,8 @@ struct CudaOffload {
 // sequence `seq` (its cache must hold 0..pos0-1). logits: host [vocab] for the last of the n
 // tokens, or nullptr. marks: n_marks ascending positions in (pos0, pos0 + n) where a hybrid
 // model's recurrent state is captured (capture_slots), numbered in pass order from 0.
+// argmax: host, the last token's greedy id (as ft::argmax of its logits), found on the device
+// so the logits row stays there (null: none; logits may be set as well).
 struct CudaSeqStep {
   int seq;
   const int32_t* ids;
@@ -61,6 +63,7 @@ struct CudaSeqStep {
   float* logits;
   const int64_t* marks = nullptr;
   int32_t n_marks = 0;
+  int32_t* argmax = nullptr;
 };
 
 // Cumulative runtime counters. Timings in seconds, best effort: t_attention / t_routing /
@@ -119,6 +122,8 @@ class CudaTransformer {
   // cache must hold 0..pos0-1). logits (host): [n, vocab] when all_logits, else [vocab] for
   // the last token. Throws ft::Error for an id out of range or a cache overflow.
   void forward(const int32_t* ids, int64_t n, int64_t pos0, float* logits, bool all_logits);
+  // forward for greedy decoding: the last token's argmax id, its logits left on the device.
+  int32_t forward_argmax(const int32_t* ids, int64_t n, int64_t pos0);
 
   // One pass over several sequences: the tokens of all steps go through the matmuls and
   // experts together, attention runs per sequence. Sequences distinct, total tokens <=
@@ -281,6 +286,11 @@ class CudaTransformer {
   cuda::DeviceBuffer pos_, seq_;
   cuda::PinnedBuffer staging_;  // [3, max_chunk] i32: ids, pos, seq
   cuda::PinnedBuffer logits_host_;  // [k_gemv_max_tokens, vocab] small-pass logits
+  cuda::PinnedBuffer argmax_host_;  // [k_gemv_max_tokens] i32: the steps' greedy ids
+  cuda::DeviceBuffer argmax_;       // [k_gemv_max_tokens] i32: argmax_rows's output
+  // forward / forward_argmax on sequence 0, in passes of at most max_chunk tokens.
+  void forward_seq0(const int32_t* ids, int64_t n, int64_t pos0, float* logits, bool all_logits,
+                    int32_t* argmax);
   cuda::Stream stream_;
   std::unique_ptr<cuda::Graph> graphs_[cuda::k_gemv_max_tokens + 1];
   bool capturable_ = true;  // false in host-bookkeeping HYBRID (host round trips per layer)

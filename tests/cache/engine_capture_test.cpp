@@ -61,7 +61,8 @@ class PieceRunner : public Runner {
         in_->export_state(s.seq, caps_.back().data());
         at = s.marks[i];
       }
-      rest.push_back({s.seq, s.ids + (at - s.pos0), s.pos0 + s.n - at, at, s.logits});
+      rest.push_back({s.seq, s.ids + (at - s.pos0), s.pos0 + s.n - at, at, s.logits, nullptr, 0,
+                      s.argmax});
     }
     ASSERT_LE(marks, slots_);
     max_marks = std::max(max_marks, marks);

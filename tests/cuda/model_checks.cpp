@@ -168,7 +168,15 @@ std::string decode(const std::string& dir, Slots slots = Slots::RESIDENT, bool g
       if (kv == DType::BF16 && ref[r.greedy[i]] - ref[next] <= tol * max_ref) break;  // a tie
       return err + fmt::format("greedy step {}: id {} != reference {}\n", i, next, r.greedy[i]);
     }
-    if (i + 1 < N) tf.forward(&next, 1, T + i, logits.data(), false);
+    if (i + 1 < N) {  // the device's argmax of the step's logits beside them
+      int32_t dev = -1;
+      const CudaSeqStep st{
+          .seq = 0, .ids = &next, .n = 1, .pos0 = T + i, .logits = logits.data(), .argmax = &dev};
+      tf.forward_batch({&st, 1});
+      if (dev != argmax(logits.data(), V))
+        return err + fmt::format("greedy step {}: device argmax {} != host {}\n", i + 1, dev,
+                                 argmax(logits.data(), V));
+    }
   }
   if (mode == MoeMode::HYBRID && slots == Slots::MIN && tf.runtime_stats().cpu_experts == 0)
     err += "hybrid: no expert was computed on the CPU\n";

@@ -12,6 +12,7 @@
 #include "base/half.h"
 #include "cuda_checks.h"
 #include "experts/experts.h"
+#include "engine/sampler.h"
 #include "model/cuda_transformer.h"
 #include "model/rope.h"
 #include "ops/ops.h"
@@ -124,6 +125,35 @@ std::string check_rmsnorm() {
       }
       err += c.result();
     }
+  return err;
+}
+
+// argmax_rows vs the host's argmax (engine/sampler.cpp): random rows, rows of few distinct
+// values (ties: the lowest index), -inf rows, NaNs (first or not), unaligned rows (odd widths).
+std::string check_argmax() {
+  std::string err;
+  for (int64_t cols : {1, 3, 31, 4097, 151936, 151937})
+    for (int64_t rows : {1, 3, 8})
+      for (int kind = 0; kind < 5; ++kind) {
+        auto x = randv(rows * cols, static_cast<uint32_t>(cols * 13 + rows * 5 + kind), 4.f);
+        std::mt19937 rng(static_cast<uint32_t>(cols + kind));
+        for (int64_t i = 0; i < rows * cols; ++i) {
+          if (kind == 1) x[i] = std::round(x[i]);  // ~9 values: many ties
+          if (kind == 2) x[i] = -INFINITY;
+          if (kind == 3 && rng() % 7 == 0) x[i] = NAN;
+          if (kind == 4) x[i] = i % cols == 0 || rng() % 3 == 0 ? NAN : std::round(x[i]);
+        }
+        DeviceBuffer dx = up(x), dout(rows * sizeof(int32_t));
+        cuda::argmax_rows(dx.as<float>(), rows, cols, dout.as<int32_t>());
+        std::vector<int32_t> got(rows);
+        cuda::copy_to_host(got.data(), dout.data(), rows * sizeof(int32_t));
+        for (int64_t r = 0; r < rows; ++r) {
+          const int32_t want = ft::argmax(&x[r * cols], cols);
+          if (got[r] != want)
+            err += fmt::format("argmax [{}, {}] kind {} row {}: {} != host {}\n", rows, cols, kind,
+                               r, got[r], want);
+        }
+      }
   return err;
 }
 
@@ -520,6 +550,7 @@ std::string attention_benchmark() {
 std::vector<Check> op_checks() {
   return {{"embed", check_embed},
           {"rmsnorm", check_rmsnorm},
+          {"argmax", check_argmax},
           {"elementwise", check_elementwise},
           {"rope", check_rope},
           {"matmul", check_matmul},

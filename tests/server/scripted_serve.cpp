@@ -52,7 +52,7 @@ class ScriptedRunner final : public Runner {
     for (const RunnerStep& st : steps) {
       Seq& s = seqs_[st.seq];
       s.ids.insert(s.ids.end(), st.ids, st.ids + st.n);
-      if (!st.logits) continue;
+      if (!st.logits && !st.argmax) continue;
       if (s.k == 0) {  // the prompt is complete: its last marker picks the script
         const std::string prompt = tok_.decode(s.ids, false);
         size_t last = 0;
@@ -63,8 +63,11 @@ class ScriptedRunner final : public Runner {
       }
       if (s.script) {
         const int32_t want = s.k < s.script->size() ? (*s.script)[s.k] : eos_;
-        std::fill(st.logits, st.logits + vocab_, -INFINITY);
-        st.logits[want] = 0.f;
+        if (st.logits) {
+          std::fill(st.logits, st.logits + vocab_, -INFINITY);
+          st.logits[want] = 0.f;
+        }
+        if (st.argmax) *st.argmax = want;
       }
       ++s.k;
     }

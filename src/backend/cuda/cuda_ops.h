@@ -282,6 +282,9 @@ void embed(const DeviceMatrix& table, const int32_t* ids, int64_t n, float* out)
 // y[i] = rmsnorm(x[i]) * w for n rows of width dim (y may alias x). Per-head norms are rows
 // of head_dim: n_tokens * n_heads rows.
 void rmsnorm(const float* x, int64_t n, int64_t dim, const float* w, float eps, float* y);
+// out[r] = the index of row r's largest value (x: device [rows, cols]; out: device [rows]), as
+// the host's argmax: lowest index on ties, NaN never chosen unless first (then 0).
+void argmax_rows(const float* x, int64_t rows, int64_t cols, int32_t* out);
 // y = silu(g) * u over count elements (y may alias g).
 void silu_mul(const float* g, const float* u, int64_t count, float* y);
 // x += y over count elements (residual add).
