@@ -158,18 +158,23 @@ std::string decode(const std::string& dir, Slots slots = Slots::RESIDENT, bool g
     err += row_close(logits.data(), r.prefill + t * V, V, fmt::format("decode position {}", t),
                      tol);
   }
+  // Greedy steps 2, 4, ... are read as their id only (forward_argmax: the logits stay on the
+  // device); the others' passes return the logits and the device's argmax of them.
+  int32_t dev = -1;
   for (int64_t i = 0; i < N; ++i) {
     const float* ref = r.decode + i * V;
-    err += row_close(logits.data(), ref, V, fmt::format("greedy step {}", i), tol);
-    int32_t next = argmax(logits.data(), V);
+    const bool id_only = i % 2 == 0 && i > 0;
+    if (!id_only) err += row_close(logits.data(), ref, V, fmt::format("greedy step {}", i), tol);
+    int32_t next = id_only ? dev : argmax(logits.data(), V);
     if (next != r.greedy[i]) {
       float max_ref = 0;
       for (int64_t j = 0; j < V; ++j) max_ref = std::max(max_ref, std::fabs(ref[j]));
       if (kv == DType::BF16 && ref[r.greedy[i]] - ref[next] <= tol * max_ref) break;  // a tie
       return err + fmt::format("greedy step {}: id {} != reference {}\n", i, next, r.greedy[i]);
     }
-    if (i + 1 < N) {  // the device's argmax of the step's logits beside them
-      int32_t dev = -1;
+    if (i + 1 < N && i % 2 == 1) {
+      dev = tf.forward_argmax(&next, 1, T + i);
+    } else if (i + 1 < N) {  // the device's argmax of the step's logits beside them
       const CudaSeqStep st{
           .seq = 0, .ids = &next, .n = 1, .pos0 = T + i, .logits = logits.data(), .argmax = &dev};
       tf.forward_batch({&st, 1});

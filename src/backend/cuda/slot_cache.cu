@@ -26,6 +26,13 @@ __device__ __forceinline__ unsigned long long warp_min(unsigned long long v) {
   return v;
 }
 
+// counters[c] += v as a reduction: thread 0 does not wait a round trip to L2 for the old value
+// (a load + add + store did, twice per launch, on the decode step's critical path).
+__device__ __forceinline__ void count_up(const SlotCacheState& s, int c, long long v) {
+  atomicAdd(reinterpret_cast<unsigned long long*>(&s.counters[c]),
+            static_cast<unsigned long long>(v));
+}
+
 // HYBRID: the CPU job of a layer whose routes `cpu` (expert id, else -1) are left to the CPU:
 // ids, weights and the tokens' input rows into the mailbox, then (after a system fence) the
 // header and ready = the next seq; pending = that seq. Called by the whole block.
@@ -112,9 +119,7 @@ __global__ void __launch_bounds__(k_threads)
     n_miss = nm;
     n_fetch = nf;
     n_got = 0, n_admit = 0;
-    s.counters[SC_LOOKUPS] += na;
-    s.counters[SC_HITS] += na - nm;
-    s.counters[SC_MISSES] += nm;
+    count_up(s, SC_LOOKUPS, na), count_up(s, SC_HITS, na - nm), count_up(s, SC_MISSES, nm);
   }
   __syncthreads();
   const int lane = tid & 31, warp = tid >> 5;
@@ -139,7 +144,7 @@ __global__ void __launch_bounds__(k_threads)
         const int32_t old = s.id_of_slot[victim];
         if (old >= 0) {
           s.slot_for_id[old] = -1;
-          ++s.counters[SC_EVICTIONS];
+          count_up(s, SC_EVICTIONS, 1);
         }
         const int32_t flat = static_cast<int32_t>(base + active[i]);
         s.id_of_slot[victim] = flat;
@@ -188,7 +193,7 @@ __global__ void __launch_bounds__(k_threads)
   }
   if (tid == 0) {
     *a.n_fetch = n_got;
-    s.counters[SC_FETCHED] += n_got + n_admit;  // experts copied over PCIe
+    count_up(s, SC_FETCHED, n_got + n_admit);  // experts copied over PCIe
   }
   __syncthreads();
   if (tid < na) s.recency[base + active[tid]] = step;
