@@ -21,9 +21,16 @@ class Sampler {
   int32_t sample(const float* logits, int64_t vocab);
 
  private:
+  int32_t sample_all(const float* logits, int64_t vocab, int32_t best);
+  int32_t sample_top_k(const float* logits, int64_t vocab);
+
   SamplingParams p_;
   std::mt19937_64 rng_;
-  std::vector<std::pair<float, int32_t>> cand_;
+  std::vector<std::pair<float, int32_t>> cand_;  // top-k: (scaled logit -> probability, id)
+  std::vector<float> e_;                         // weights of every token (no top-k)
+  std::vector<int32_t> cand_ids_;                // tokens the filters may keep
+  std::vector<double> hist_;                     // top-p: probability mass per bucket
+  std::vector<uint64_t> keys_;                   // top-p's boundary bucket (prob desc, id asc)
 };
 
 // Index of the largest logit (lowest index on ties), as torch.argmax.

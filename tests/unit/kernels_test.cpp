@@ -2,6 +2,8 @@
 // pointers; bf16/f16 conversions vs their definitions.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <cmath>
 #include <random>
 
@@ -100,6 +102,16 @@ TEST_P(SimdKernels, VectorOps) {
       k_scalar_kernels.silu_mul(g.data(), bp, n, r2.data());
       for (int64_t i = 0; i < n; ++i)
         EXPECT_NEAR(r1[i], r2[i], 2e-6f * (1 + std::fabs(r2[i]))) << "g=" << g[i];
+
+      // The sampler's weights: exp((x - max) / T) in (0, 1], a few masked (-inf) ones at ~0.
+      std::vector<float> lg(ap, ap + n);
+      for (int64_t i = 0; i < n; ++i) lg[i] *= 15.f;
+      if (n > 3) lg[n / 2] = -INFINITY;
+      const float mx = *std::max_element(lg.begin(), lg.end());
+      const double s1 = s->exp_sum(lg.data(), n, mx, 1.f / 0.7f, r1.data());
+      const double s2 = k_scalar_kernels.exp_sum(lg.data(), n, mx, 1.f / 0.7f, r2.data());
+      EXPECT_NEAR(s1, s2, 1e-6 * s2);
+      for (int64_t i = 0; i < n; ++i) EXPECT_NEAR(r1[i], r2[i], 1e-6f * r2[i] + 1e-30f) << lg[i];
     }
   }
 }

@@ -28,6 +28,9 @@ struct Kernels {
   void (*rmsnorm)(const float* x, const float* w, float eps, int64_t n, float* y);
   // y = silu(g) * u (y may alias g).
   void (*silu_mul)(const float* g, const float* u, int64_t n, float* y);
+  // y = exp((x - sub) * scale) over n elements; returns their sum (accumulated in double per
+  // chunk). The sampler's softmax weights: sub = the max logit, scale = 1 / temperature.
+  double (*exp_sum)(const float* x, int64_t n, float sub, float scale, float* y);
 };
 
 // The best table this CPU supports; FT_ISA=scalar|avx2|avx512 forces one (if supported).

@@ -24,6 +24,7 @@ struct Avx2 {
   static V fma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
   static V mul(V a, V b) { return _mm256_mul_ps(a, b); }
   static V add(V a, V b) { return _mm256_add_ps(a, b); }
+  static V sub(V a, V b) { return _mm256_sub_ps(a, b); }
   static V div(V a, V b) { return _mm256_div_ps(a, b); }
   static V neg(V a) { return _mm256_sub_ps(_mm256_setzero_ps(), a); }
   static V min(V a, V b) { return _mm256_min_ps(a, b); }

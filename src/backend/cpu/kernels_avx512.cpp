@@ -24,6 +24,7 @@ struct Avx512 {
   static V fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
   static V mul(V a, V b) { return _mm512_mul_ps(a, b); }
   static V add(V a, V b) { return _mm512_add_ps(a, b); }
+  static V sub(V a, V b) { return _mm512_sub_ps(a, b); }
   static V div(V a, V b) { return _mm512_div_ps(a, b); }
   static V neg(V a) { return _mm512_sub_ps(_mm512_setzero_ps(), a); }
   static V min(V a, V b) { return _mm512_min_ps(a, b); }

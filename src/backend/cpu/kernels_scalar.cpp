@@ -42,6 +42,12 @@ void rmsnorm(const float* x, const float* w, float eps, int64_t n, float* y) {
 void silu_mul(const float* g, const float* u, int64_t n, float* y) {
   for (int64_t i = 0; i < n; ++i) y[i] = g[i] / (1.f + std::exp(-g[i])) * u[i];
 }
+
+double exp_sum(const float* x, int64_t n, float sub, float scale, float* y) {
+  double total = 0;
+  for (int64_t i = 0; i < n; ++i) total += y[i] = std::exp((x[i] - sub) * scale);
+  return total;
+}
 }  // namespace
 
 const Kernels k_scalar_kernels = {
@@ -53,6 +59,7 @@ const Kernels k_scalar_kernels = {
     .axpy = axpy,
     .rmsnorm = rmsnorm,
     .silu_mul = silu_mul,
+    .exp_sum = exp_sum,
 };
 
 }  // namespace ft::cpu

@@ -1,8 +1,10 @@
 // Kernels written once over a SIMD traits type S (see kernels_avx2.cpp, kernels_avx512.cpp).
 // S provides: V, W (lanes), zero(), load(const float*), load(const bf16_t*), load(const f16_t*),
-// store(float*, V), set1(float), fma(a, b, c), mul, add, reduce(V) and exp(V) for silu.
+// store(float*, V), set1(float), fma(a, b, c), mul, add, sub, reduce(V) and exp(V) for silu and
+// the sampler.
 // Include only from a translation unit compiled for S's instruction set.
 #pragma once
+#include <algorithm>
 #include <cmath>
 
 #include "backend/cpu/kernels.h"
@@ -104,6 +106,26 @@ void silu_mul(const float* g, const float* u, int64_t n, float* y) {
   for (; i < n; ++i) y[i] = g[i] / (1.f + std::exp(-g[i])) * u[i];
 }
 
+template <class S>
+double exp_sum(const float* x, int64_t n, float sub, float scale, float* y) {
+  constexpr int64_t k_chunk = 1024;  // float lanes per chunk, then a double: ~1e-7 of the sum
+  const typename S::V vs = S::set1(sub), vk = S::set1(scale);
+  double total = 0;
+  int64_t i = 0;
+  while (i + S::W <= n) {
+    const int64_t end = std::min(n - (n - i) % S::W, i + k_chunk);
+    typename S::V acc = S::zero();
+    for (; i < end; i += S::W) {
+      const typename S::V e = S::exp(S::mul(S::sub(S::load(x + i), vs), vk));
+      S::store(y + i, e);
+      acc = S::add(acc, e);
+    }
+    total += S::reduce(acc);
+  }
+  for (; i < n; ++i) total += y[i] = std::exp((x[i] - sub) * scale);
+  return total;
+}
+
 // constexpr: the per-ISA files' tables are constant-initialized, so no code compiled for
 // their instruction set runs at startup (tests/unit/isa_static_init.sh).
 template <class S>
@@ -117,6 +139,7 @@ constexpr Kernels make_kernels(const char* isa) {
       .axpy = axpy<S>,
       .rmsnorm = rmsnorm<S>,
       .silu_mul = silu_mul<S>,
+      .exp_sum = exp_sum<S>,
   };
 }
 
