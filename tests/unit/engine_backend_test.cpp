@@ -23,6 +23,7 @@ const char* k_demo = FT_SOURCE_DIR "/models/demo";
 struct Counts {
   std::set<int> open;
   int max_open = 0, opens = 0;
+  int logit_steps = 0, argmax_steps = 0;  // steps asking for logits / for the argmax id only
 };
 
 // Wraps the CPU runner with slot bookkeeping checks.
@@ -48,6 +49,8 @@ class CountingRunner : public Runner {
     for (const auto& s : steps) {
       EXPECT_TRUE(c_.open.count(s.seq)) << "step on a closed slot";
       EXPECT_TRUE(seen.insert(s.seq).second) << "slot twice in one step";
+      if (s.logits) ++c_.logit_steps;
+      if (s.argmax && !s.logits) ++c_.argmax_steps;
     }
     inner_->forward_batch(steps);
   }
@@ -57,14 +60,17 @@ class CountingRunner : public Runner {
 
  private:
   std::unique_ptr<Runner> inner_;
-  Counts& c_;  // touched by the engine thread only; read after it stopped
+  Counts& c_;  // touched by the engine thread only; read after it stopped or after a request's
+               // last event (the event queue orders the step before it)
 };
 
-std::vector<int32_t> answer(Engine& e, const std::string& text, int64_t n) {
+std::vector<int32_t> answer(Engine& e, const std::string& text, int64_t n,
+                            int top_logprobs = -1) {
   auto r = std::make_shared<Request>();
   r->prompt = e.tokenizer().encode(text, true);
   r->max_tokens = n;
   r->ignore_eos = true;
+  r->top_logprobs = top_logprobs;
   e.submit(r);
   std::vector<int32_t> ids;
   for (Event ev; r->events.pop(ev, 60000);) {
@@ -110,57 +116,21 @@ TEST(EngineRunner, SlotsPairUpAndBatchedAnswersMatchSingleOnes) {
   EXPECT_TRUE(counts.open.empty());
 }
 
-// Counts the steps that ask for logits and those that ask only for the argmax id.
-class ArgmaxRecorder : public Runner {
- public:
-  ArgmaxRecorder(const Model& m, int& logit_steps, int& argmax_steps)
-      : inner_(make_cpu_runner(m, 2, 256, 1, 512)), logits_(logit_steps), ids_(argmax_steps) {}
-  int max_seqs() const override { return inner_->max_seqs(); }
-  int64_t capacity() const override { return inner_->capacity(); }
-  int64_t max_chunk() const override { return inner_->max_chunk(); }
-  void open(int seq) override { inner_->open(seq); }
-  void close(int seq) override { inner_->close(seq); }
-  void forward_batch(std::span<const RunnerStep> steps) override {
-    for (const RunnerStep& s : steps) {
-      if (s.logits) ++logits_;
-      if (s.argmax && !s.logits) ++ids_;
-    }
-    inner_->forward_batch(steps);
-  }
-  RunnerStats stats() const override { return inner_->stats(); }
-  size_t weight_bytes() const override { return inner_->weight_bytes(); }
-  size_t kv_bytes() const override { return inner_->kv_bytes(); }
-
- private:
-  std::unique_ptr<Runner> inner_;
-  int &logits_, &ids_;
-};
-
 // A greedy request with nothing that reads the logits asks the runner for the argmax id only
 // (the CUDA runner then leaves the logits on the device); logprobs bring the logits back, and
 // both give the same tokens.
 TEST(EngineRunner, PlainGreedyStepsAskForTheArgmaxOnly) {
-  int logit_steps = 0, argmax_steps = 0;
   auto model = Model::load(k_demo);
-  auto runner = std::make_unique<ArgmaxRecorder>(*model, logit_steps, argmax_steps);
+  Counts counts;
+  auto runner = std::make_unique<CountingRunner>(*model, 1, counts);
   Engine e(std::move(model), std::make_unique<Tokenizer>(Tokenizer::load(k_demo)),
            {.max_running = 1, .ctx_size = 512, .threads = 2}, std::move(runner));
   const std::vector<int32_t> plain = answer(e, "Once upon a time", 10);
-  EXPECT_EQ(argmax_steps, 10);
-  EXPECT_EQ(logit_steps, 0);
-  auto r = std::make_shared<Request>();
-  r->prompt = e.tokenizer().encode("Once upon a time", true);
-  r->max_tokens = 10;
-  r->ignore_eos = true;
-  r->top_logprobs = 0;
-  e.submit(r);
-  std::vector<int32_t> with_logprobs;
-  for (Event ev; r->events.pop(ev, 60000);) {
-    with_logprobs.insert(with_logprobs.end(), ev.ids.begin(), ev.ids.end());
-    if (ev.kind == Event::Kind::DONE) break;
-  }
-  EXPECT_EQ(logit_steps, 10);
-  EXPECT_EQ(argmax_steps, 10);
+  EXPECT_EQ(counts.argmax_steps, 10);
+  EXPECT_EQ(counts.logit_steps, 0);
+  const std::vector<int32_t> with_logprobs = answer(e, "Once upon a time", 10, 0);
+  EXPECT_EQ(counts.logit_steps, 10);
+  EXPECT_EQ(counts.argmax_steps, 10);
   EXPECT_EQ(plain, with_logprobs);
 }
 
