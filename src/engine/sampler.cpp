@@ -112,21 +112,27 @@ int32_t Sampler::sample_all(const float* logits, int64_t vocab, int32_t best) {
     return last;  // r left over by rounding: the last token weighed
   }
   float tau = 0.f;
-  if (nucleus) tau = static_cast<float>(0.5 * (1.0 - p_.top_p) * total / static_cast<double>(vocab));
+  if (nucleus)
+    tau = static_cast<float>(0.5 * (1.0 - p_.top_p) * total / static_cast<double>(vocab));
   if (floor) tau = std::max(tau, 0.5f * p_.min_p);
-  cand_ids_.clear();
+  // Candidates compacted without a branch per token: over flat logits a random ~40% of the
+  // vocabulary passes, and a branch mispredicted on each of them cost most of the sampler's time.
+  if (cand_ids_.size() < static_cast<size_t>(vocab)) cand_ids_.resize(static_cast<size_t>(vocab));
+  int32_t* ids = cand_ids_.data();
+  size_t nc = 0;
   for (int64_t s0 = 0; s0 < vocab; s0 += kSpan) {
     const int64_t end = std::min(vocab, s0 + kSpan);
     if (span_max(&e_[s0], end - s0) < tau) continue;
-    for (int64_t i = s0; i < end; ++i)
-      if (e_[i] >= tau && logits[i] != -INFINITY) cand_ids_.push_back(static_cast<int32_t>(i));
+    for (int64_t i = s0; i < end; ++i) {
+      ids[nc] = static_cast<int32_t>(i);
+      nc += static_cast<size_t>((e_[i] >= tau) & (logits[i] != -INFINITY));
+    }
   }
   // Each candidate's probability and bucket, once (2048 buckets, 16 per octave, ascending).
-  const size_t nc = cand_ids_.size();
   cand_p_.resize(nc);
   cand_b_.resize(nc);
   for (size_t j = 0; j < nc; ++j) {
-    const float q = static_cast<float>(e_[cand_ids_[j]] / total);
+    const float q = static_cast<float>(e_[ids[j]] / total);
     uint32_t bits;
     std::memcpy(&bits, &q, sizeof(bits));
     cand_p_[j] = q, cand_b_[j] = static_cast<int16_t>(bits >> 19);
@@ -147,7 +153,7 @@ int32_t Sampler::sample_all(const float* logits, int64_t vocab, int32_t best) {
     if (b >= 0) {
       keys_.clear();
       for (size_t j = 0; j < nc; ++j)
-        if (cand_b_[j] == b) keys_.push_back(desc_key(cand_p_[j], cand_ids_[j]));
+        if (cand_b_[j] == b) keys_.push_back(desc_key(cand_p_[j], ids[j]));
       std::sort(keys_.begin(), keys_.end());
       for (uint64_t k : keys_) {
         acc += static_cast<float>(e_[key_index(k)] / total);
@@ -157,21 +163,22 @@ int32_t Sampler::sample_all(const float* logits, int64_t vocab, int32_t best) {
       boundary = b;
     }
   }
-  // Min-p after it: at least min_p times the most probable token's probability.
+  // Min-p after it: at least min_p times the most probable token's probability. The kept
+  // candidates keep their probability, the others weigh 0 (again no branch per candidate).
   const float fl = floor ? static_cast<float>(e_[best] / total) * p_.min_p : 0.f;
-  auto kept = [&](size_t j) {
-    if (cand_p_[j] < fl) return false;
-    return cand_b_[j] > boundary ||
-           (cand_b_[j] == boundary && desc_key(cand_p_[j], cand_ids_[j]) <= last_key);
-  };
   double sum = 0;
-  for (size_t j = 0; j < nc; ++j)
-    if (kept(j)) sum += cand_p_[j];
+  for (size_t j = 0; j < nc; ++j) {
+    const int b = cand_b_[j];
+    const bool in_p =
+        (b > boundary) | ((b == boundary) & (desc_key(cand_p_[j], ids[j]) <= last_key));
+    const bool kept = in_p & (cand_p_[j] >= fl);
+    cand_p_[j] = kept ? cand_p_[j] : 0.f;
+    sum += cand_p_[j];
+  }
   double r = std::uniform_real_distribution<double>(0.0, sum)(rng_);
   for (size_t j = 0; j < nc; ++j) {
-    if (!kept(j)) continue;
     r -= cand_p_[j];
-    if (r <= 0) return cand_ids_[j];
+    if (r <= 0 && cand_p_[j] > 0.f) return ids[j];
   }
   return best;
 }

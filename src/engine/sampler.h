@@ -28,8 +28,8 @@ class Sampler {
   std::mt19937_64 rng_;
   std::vector<std::pair<float, int32_t>> cand_;  // top-k: (scaled logit -> probability, id)
   std::vector<float> e_;                         // weights of every token (no top-k)
-  std::vector<int32_t> cand_ids_;                // tokens the filters may keep
-  std::vector<float> cand_p_;                    // their probabilities
+  std::vector<int32_t> cand_ids_;                // tokens the filters may keep (a prefix)
+  std::vector<float> cand_p_;                    // their probabilities (0: filtered out)
   std::vector<int16_t> cand_b_;                  // their probability buckets
   std::vector<double> hist_;                     // top-p: probability mass per bucket
   std::vector<uint64_t> keys_;                   // top-p's boundary bucket (prob desc, id asc)
