@@ -14,6 +14,9 @@ namespace ft {
 
 namespace {
 constexpr int64_t kLanes = 16, kSpan = 256;  // the scans' vector width and skipped spans
+// A probability's bucket: its float bits >> 19 (exponent and 4 mantissa bits: 16 per octave,
+// ascending); a probability <= 1 has a bucket below kBuckets.
+constexpr int kBucketShift = 19, kBuckets = 2048;
 
 // max / sum of x[0..n) in kLanes running lanes, branch-free so the compiler vectorises them
 // (the tail past a multiple of kLanes is added one by one). NaN never wins the max (the lanes
@@ -77,7 +80,6 @@ int32_t Sampler::sample(const float* logits, int64_t vocab) {
   return sample_all(logits, vocab, best);
 }
 
-
 // No top-k: every token's weight e = exp((l - max) / T) in one vectorised pass (the max's is 1),
 // and the draw walks the kept tokens in index order. With top-p / min-p only the tokens that can
 // be kept are looked at: the top-p set (the most probable tokens until their mass reaches
@@ -128,24 +130,24 @@ int32_t Sampler::sample_all(const float* logits, int64_t vocab, int32_t best) {
       nc += static_cast<size_t>((e_[i] >= tau) & (logits[i] != -INFINITY));
     }
   }
-  // Each candidate's probability and bucket, once (2048 buckets, 16 per octave, ascending).
+  // Each candidate's probability and bucket, once.
   cand_p_.resize(nc);
   cand_b_.resize(nc);
   for (size_t j = 0; j < nc; ++j) {
     const float q = static_cast<float>(e_[ids[j]] / total);
     uint32_t bits;
     std::memcpy(&bits, &q, sizeof(bits));
-    cand_p_[j] = q, cand_b_[j] = static_cast<int16_t>(bits >> 19);
+    cand_p_[j] = q, cand_b_[j] = static_cast<int16_t>(bits >> kBucketShift);
   }
   // Top-p: the most probable tokens until their mass reaches top_p (the one that crosses
   // included). Bucket masses find the bucket where it is crossed; only that bucket is sorted.
   int boundary = -1;  // members: bucket > boundary, or in it up to last_key
   uint64_t last_key = 0;
   if (nucleus) {
-    hist_.assign(2048, 0.0);
+    hist_.assign(kBuckets, 0.0);
     for (size_t j = 0; j < nc; ++j) hist_[cand_b_[j]] += cand_p_[j];
     double acc = 0;
-    int b = 2047;
+    int b = kBuckets - 1;
     for (; b >= 0; --b) {
       if (acc + hist_[b] >= p_.top_p) break;
       acc += hist_[b];
