@@ -322,6 +322,8 @@ GpuExpertStore::GpuExpertStore(const HostExperts& host, int64_t slots, bool devi
     d_fetch_ = cuda::DeviceBuffer(cuda::k_slot_max_ids * sizeof(int32_t));
     d_fetch_slot_ = cuda::DeviceBuffer(cuda::k_slot_max_ids * sizeof(int32_t));
     d_n_fetch_ = cuda::DeviceBuffer(sizeof(int32_t));
+    d_barrier_ = cuda::DeviceBuffer(2 * sizeof(uint32_t));
+    cuda::memset_async(d_barrier_.data(), 0, d_barrier_.bytes());
     // Per MoE layer (a layer's lists are read by its background copy until the pass joins it):
     // ids then slots; counts, then the in-flight total.
     d_admit_ = cuda::DeviceBuffer(host.moe_layers * 2 * cuda::k_slot_max_ids * sizeof(int32_t));
@@ -347,17 +349,28 @@ cuda::SlotCacheState GpuExpertStore::device_state() const {
           .slots = slots_};
 }
 
+cuda::SlotEnsureArgs GpuExpertStore::ensure_args(int64_t l, const int32_t* ids, int64_t count,
+                                                 int32_t* slot_ids) const {
+  FT_CHECK(device_cache_ && moe_index_[l] >= 0, "ensure_device: layer {}", l);
+  return {.s = device_state(),
+          .layer = l,
+          .ids = ids,
+          .count = count,
+          .slot_ids = slot_ids,
+          .fetch = d_fetch_.as<int32_t>(),
+          .fetch_slot = d_fetch_slot_.as<int32_t>(),
+          .n_fetch = d_n_fetch_.as<int32_t>()};
+}
+
+cuda::MoeFetch GpuExpertStore::miss_fetch(int64_t l) const {
+  return {.copy = copy_args(l, d_fetch_.as<int32_t>(), d_fetch_slot_.as<int32_t>(),
+                            d_n_fetch_.as<int32_t>(), 0),
+          .barrier = d_barrier_.as<uint32_t>()};
+}
+
 void GpuExpertStore::ensure_device(int64_t l, const int32_t* ids, int64_t count,
                                    int32_t* slot_ids, const cuda::HybridSplitArgs* split) {
-  FT_CHECK(device_cache_ && moe_index_[l] >= 0, "ensure_device: layer {}", l);
-  const cuda::SlotEnsureArgs ensure{.s = device_state(),
-                                    .layer = l,
-                                    .ids = ids,
-                                    .count = count,
-                                    .slot_ids = slot_ids,
-                                    .fetch = d_fetch_.as<int32_t>(),
-                                    .fetch_slot = d_fetch_slot_.as<int32_t>(),
-                                    .n_fetch = d_n_fetch_.as<int32_t>()};
+  const cuda::SlotEnsureArgs ensure = ensure_args(l, ids, count, slot_ids);
   if (split) {
     cuda::HybridSplitArgs h = *split;
     const int64_t m = moe_index_[l];
@@ -368,7 +381,7 @@ void GpuExpertStore::ensure_device(int64_t l, const int32_t* ids, int64_t count,
   } else {
     cuda::slot_cache_ensure(ensure);
   }
-  copy_misses(l, d_fetch_.as<int32_t>(), d_fetch_slot_.as<int32_t>(), d_n_fetch_.as<int32_t>(), 0);
+  cuda::fetch_experts(miss_fetch(l).copy);
 }
 
 void GpuExpertStore::admit_device(int64_t l) {
@@ -376,7 +389,7 @@ void GpuExpertStore::admit_device(int64_t l) {
   const int64_t m = moe_index_[l];
   int32_t* admit = admit_ids(m);
   int32_t* n = d_admit_n_.as<int32_t>();
-  copy_misses(l, admit, admit + cuda::k_slot_max_ids, n + m, k_admit_blocks);
+  cuda::fetch_experts(copy_args(l, admit, admit + cuda::k_slot_max_ids, n + m, k_admit_blocks));
   cuda::slot_cache_admitted(device_state(), admit + cuda::k_slot_max_ids, n + m,
                             n + host_.moe_layers);
 }
@@ -385,23 +398,23 @@ int32_t* GpuExpertStore::admit_ids(int64_t moe_layer) const {
   return d_admit_.as<int32_t>() + moe_layer * 2 * cuda::k_slot_max_ids;
 }
 
-void GpuExpertStore::copy_misses(int64_t l, const int32_t* ids, const int32_t* slots,
-                                 const int32_t* count, int blocks) {
+cuda::FetchArgs GpuExpertStore::copy_args(int64_t l, const int32_t* ids, const int32_t* slots,
+                                          const int32_t* count, int blocks) const {
   const size_t E = host_.n_experts, r0 = host_.record_bytes(l, 0), r1 = host_.record_bytes(l, 1);
-  cuda::fetch_experts({.gate_src = dev_base_[l],
-                       .up_src = dev_base_[l] + E * r0,
-                       .down_src = dev_base_[l] + E * (r0 + r1),
-                       .gate_dst = gate_.as<char>(),
-                       .up_dst = up_.as<char>(),
-                       .down_dst = down_.as<char>(),
-                       .matrix_bytes = r0,
-                       .fetch = ids,
-                       .fetch_slot = slots,
-                       .n_fetch = count,
-                       .bytes = {r0, r1, host_.record_bytes(l, 2)},
-                       .dst_stride = {host_.slot_matrix_bytes(0), host_.slot_matrix_bytes(1),
-                                      host_.slot_matrix_bytes(2)},
-                       .blocks = blocks});
+  return {.gate_src = dev_base_[l],
+          .up_src = dev_base_[l] + E * r0,
+          .down_src = dev_base_[l] + E * (r0 + r1),
+          .gate_dst = gate_.as<char>(),
+          .up_dst = up_.as<char>(),
+          .down_dst = down_.as<char>(),
+          .matrix_bytes = r0,
+          .fetch = ids,
+          .fetch_slot = slots,
+          .n_fetch = count,
+          .bytes = {r0, r1, host_.record_bytes(l, 2)},
+          .dst_stride = {host_.slot_matrix_bytes(0), host_.slot_matrix_bytes(1),
+                         host_.slot_matrix_bytes(2)},
+          .blocks = blocks};
 }
 
 ExpertCacheStats GpuExpertStore::cache_stats() const {

@@ -138,6 +138,13 @@ class GpuExpertStore {
   // misses is fetched; the rest keep slot -1 and go to the CPU share's mailbox.
   void ensure_device(int64_t l, const int32_t* ids, int64_t count, int32_t* slot_ids,
                      const cuda::HybridSplitArgs* split = nullptr);
+  // ensure_device (OFFLOAD) in two halves for kernels that take them over: the bookkeeping's
+  // arguments (the router's last block runs it: GemvRoute::ensure), then the copy of the
+  // misses it lists (the experts' gate/up kernel runs it: MoeArgs::fetch). Issue the two in
+  // that order on the current stream, with nothing between them that reads the pool.
+  cuda::SlotEnsureArgs ensure_args(int64_t l, const int32_t* ids, int64_t count,
+                                   int32_t* slot_ids) const;
+  cuda::MoeFetch miss_fetch(int64_t l) const;
   // HYBRID: copies the admissions of layer l's last ensure_device (CPU-computed misses given a
   // slot) with a small grid, then marks them done. Issue it on a side stream that waited for
   // that ensure; join it before the next pass (or anything that resets the cache).
@@ -167,9 +174,10 @@ class GpuExpertStore {
   // the bytes copied over PCIe.
   size_t copy_layer(int64_t l, int64_t first_slot);
   void issue_stream_copy(size_t index);
-  // fetch_experts of layer l's experts ids [*count] into slots (blocks: 0 = the default grid).
-  void copy_misses(int64_t l, const int32_t* ids, const int32_t* slots, const int32_t* count,
-                   int blocks);
+  // fetch_experts' arguments for layer l's experts ids [*count] into slots (blocks: 0 = the
+  // default grid).
+  cuda::FetchArgs copy_args(int64_t l, const int32_t* ids, const int32_t* slots,
+                            const int32_t* count, int blocks) const;
 
   const HostExperts& host_;
   int64_t slots_;
@@ -191,6 +199,7 @@ class GpuExpertStore {
   bool device_cache_;
   cuda::DeviceBuffer d_slot_for_id_, d_id_of_slot_, d_usage_, d_recency_, d_counters_;
   cuda::DeviceBuffer d_fetch_, d_fetch_slot_, d_n_fetch_;
+  cuda::DeviceBuffer d_barrier_;  // MoeFetch::barrier's two words
   cuda::DeviceBuffer d_admit_, d_admit_n_;  // HYBRID admissions: ids | slots; count | in flight
   // MoE layer m's admission list: k_slot_max_ids expert ids, then as many slots.
   int32_t* admit_ids(int64_t moe_layer) const;

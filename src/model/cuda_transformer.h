@@ -134,6 +134,10 @@ class CudaTransformer {
   CudaRuntimeStats runtime_stats() const;
   // Decode-sized passes replay captured CUDA graphs (default on); off: every op is launched.
   void set_graphs(bool on) { graphs_on_ = on; }
+  // OFFLOAD decode's slot bookkeeping in the router's last block and its miss copy in the
+  // experts' gate/up kernel (default; FT_FUSED_FETCH=0), or their own two kernels. Set before
+  // the first pass (captured graphs keep the choice they were made with).
+  void set_fused_fetch(bool on) { fused_fetch_on_ = on; }
   // One decode-sized pass in `every` runs eagerly with the time-split events (0: never).
   void set_split_every(int every) { sampler_.set_every(every); }
 
@@ -218,7 +222,11 @@ class CudaTransformer {
   void ffn_block(int64_t layer, int64_t n);
   // routed: route_ids_/route_w_ are already set (the small path fuses the norm, the router GEMV
   // and the top-k softmax into one launch).
-  void moe_block(int64_t layer, int64_t n, bool routed);
+  // ensured: the slot cache's bookkeeping already ran in the router (fused_fetch).
+  void moe_block(int64_t layer, int64_t n, bool routed, bool ensured = false);
+  // Whether an n-token pass's OFFLOAD layers fuse their bookkeeping into the router and their
+  // miss copy into the experts (set_fused_fetch; not in a timed pass).
+  bool fused_fetch(int64_t n) const;
   void moe_hybrid(int64_t layer, int64_t n, cuda::MoeArgs a);
   // Final norm + lm_head of every token (small passes) into logits_.
   void all_logits(int64_t n);
@@ -265,6 +273,7 @@ class CudaTransformer {
   MoeMode mode_ = MoeMode::OFFLOAD;
   double hybrid_f_ = 0.5;  // pcie / (pcie + cpu)
   bool graphs_on_ = true;
+  bool fused_fetch_on_ = true;
   Rope rope_;
   size_t weight_bytes_ = 0;
   std::vector<cuda::DeviceBuffer> storage_;  // every uploaded weight

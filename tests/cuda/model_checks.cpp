@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 
 #include "base/error.h"
@@ -186,6 +187,35 @@ std::string decode(const std::string& dir, Slots slots = Slots::RESIDENT, bool g
   if (mode == MoeMode::HYBRID && slots == Slots::MIN && tf.runtime_stats().cpu_experts == 0)
     err += "hybrid: no expert was computed on the CPU\n";
   return err;
+}
+
+// OFFLOAD decode with the slot bookkeeping in the router's last block and the miss copy in the
+// experts' gate/up kernel (fused_fetch) against their own two kernels: the same logits bit for
+// bit at every step of the prompt and the greedy continuation, and the same cache decisions.
+std::string fused_fetch_same(const std::string& dir, Slots slots, bool graphs) {
+  Reference r = load(dir);
+  const int64_t T = static_cast<int64_t>(r.prompt.size()), V = r.model->config().vocab_size;
+  const int64_t N = static_cast<int64_t>(r.greedy.size());
+  Runner fused(*r.model, T + N, 64, slots), apart(*r.model, T + N, 64, slots);
+  fused.tf->set_fused_fetch(true), apart.tf->set_fused_fetch(false);
+  fused.tf->set_graphs(graphs), apart.tf->set_graphs(graphs);
+  std::vector<float> a(V), b(V);
+  int32_t next = 0;
+  for (int64_t t = 0; t + 1 < T + N; ++t) {
+    const int32_t id = t < T ? r.prompt[t] : next;
+    fused.tf->forward(&id, 1, t, a.data(), false);
+    apart.tf->forward(&id, 1, t, b.data(), false);
+    for (int64_t i = 0; i < V; ++i)
+      if (std::memcmp(&a[i], &b[i], sizeof(float)) != 0)
+        return fmt::format("position {}: logit {} fused {} vs apart {}\n", t, i, a[i], b[i]);
+    next = argmax(a.data(), V);
+  }
+  const CudaRuntimeStats x = fused.tf->runtime_stats(), y = apart.tf->runtime_stats();
+  if (x.hits != y.hits || x.misses != y.misses || x.fetched_experts != y.fetched_experts)
+    return fmt::format("cache: fused {} hits {} misses {} fetched, apart {} {} {}\n", x.hits,
+                       x.misses, x.fetched_experts, y.hits, y.misses, y.fetched_experts);
+  if (slots == Slots::MIN && x.fetched_experts == 0) return "no expert was fetched\n";
+  return "";
 }
 
 // forward_batch over three sequences: a mixed prefill pass (one whole prompt, one prefix), a
@@ -379,6 +409,10 @@ void model_checks_of(const std::string& fixtures_dir, const std::string& f,
       out.push_back({p + "/decode_greedy", [dir, s] { return decode(dir, s); }});
     }
     out.push_back({f + "/decode_greedy_eager", [dir] { return decode(dir, Slots::RESIDENT, false); }});
+    for (auto [s, name] : {std::pair{Slots::MIN, "min"}, std::pair{Slots::HALF, "half"}})
+      for (bool g : {true, false})
+        out.push_back({fmt::format("{}/offload_{}/fused_fetch_same{}", f, name, g ? "" : "_eager"),
+                       [dir, s, g] { return fused_fetch_same(dir, s, g); }});
     out.push_back({f + "/offload_min/decode_greedy_eager",
                    [dir] { return decode(dir, Slots::MIN, false); }});
     // gpt-oss (expert biases, clamped SwiGLU): HYBRID's CPU share lacks them, so it refuses.

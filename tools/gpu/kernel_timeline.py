@@ -19,6 +19,8 @@ def short(name):
     base = name.split("(")[0]  # drop the parameter list
     base = re.sub(r"<.*>", "", base)  # and template arguments
     base = base.split("::")[-1]
+    if "gemv_kernel" in name and re.search(r", 2>", name):
+        return base + "+route+slots"  # the router with the slot cache's bookkeeping
     if "gemv_kernel" in name and re.search(r", (true|1)>", name):
         return base + "+route"
     return base

@@ -388,9 +388,11 @@ struct GemvNorm {
 struct RouteLocal {
   int32_t begin = 0, count = 0;
 };
+struct SlotEnsureArgs;
 // With route (one matrix: the MoE router): the last block to finish also runs
 // route_topk_softmax on y, saving a launch. counter: a device uint32 that is zero before the
-// call and is left zero.
+// call and is left zero. ensure (optional): the slot cache's bookkeeping for the routed ids
+// (slot_cache_ensure of ensure->ids == ids, n * top_k of them), run by that same block.
 struct GemvRoute {
   int64_t top_k;
   bool renormalize;
@@ -398,6 +400,7 @@ struct GemvRoute {
   float* weights;
   uint32_t* counter;
   RouteLocal local = {};
+  const SlotEnsureArgs* ensure = nullptr;
 };
 void gemv_multi(const float* x, int64_t n, const GemvOut* outs, int count,
                 const GemvNorm* norm = nullptr, const GemvRoute* route = nullptr);
@@ -500,6 +503,7 @@ void moe_oss_act(const MoeOss& o, float* gate, const float* up, int64_t rows, in
 void moe_oss_down_bias(const MoeOss& o, const float* weights, int64_t n, int64_t top_k,
                        int64_t hidden, float* out);
 
+struct MoeFetch;
 struct MoeArgs {
   const float* x;  // [n, hidden]
   int64_t n;
@@ -509,6 +513,9 @@ struct MoeArgs {
   float* out;  // [n, hidden]
   bool accumulate = false;
   const MoeOss* oss = nullptr;  // gpt-oss biases / activation (h6g) or null
+  // The slot cache's misses of this layer (ids are slots), copied before any slot is read:
+  // by the experts' gate/up kernel itself in decode when it can, else by fetch_experts first.
+  const MoeFetch* fetch = nullptr;
 };
 void moe_experts(Blas& blas, const DeviceExperts& e, const MoeArgs& a, MoeWorkspace& ws);
 // Decode (n <= k_gemv_max_tokens) of experts that are not uniform() (moe_mixed.cu, h6f): each
@@ -574,6 +581,12 @@ struct FetchArgs {
   int blocks = 0;
 };
 void fetch_experts(const FetchArgs& a);
+// MoeArgs::fetch: the copy, and two device words (zero before first use, left reusable) for
+// the grid barrier between the copy and the first read of a slot.
+struct MoeFetch {
+  FetchArgs copy;
+  uint32_t* barrier;
+};
 
 // ---- attention (attention.cu)
 

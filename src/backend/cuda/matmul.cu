@@ -13,6 +13,7 @@
 #include "backend/cuda/cublas_check.cuh"
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/route.cuh"
+#include "backend/cuda/slot_cache.cuh"
 #include "base/env.h"
 
 namespace ft::cuda {
@@ -43,6 +44,8 @@ struct GemvParams {
   int route_k;
   bool route_renorm;
   RouteLocal route_local;
+  bool route_ensure;  // the same block then runs the slot cache's bookkeeping
+  SlotEnsureArgs ensure;
 };
 
 // Largest shared-memory staging of normalised x (NT rows of cols floats).
@@ -63,12 +66,57 @@ __device__ __forceinline__ GemvRow gemv_row(const GemvParams& p, int64_t g) {
   return {m, (g - p.block0[m]) * int64_t{k_gemv_rows} + threadIdx.y};
 }
 
-// ROUTE: p.route_counter is set (a separate instantiation: the tail costs registers).
+// The router's last block with GemvRoute::ensure: the layer's slot map, recency and the step
+// counter are loaded while route_token reads the logits, the ids are routed into shared memory
+// (then stored), and ensure_block works from those copies, so its lookups wait on no round
+// trip after the routing's (the block is alone on the slot state: the previous layer's
+// bookkeeping finished with its kernel). Measured level with global lookups (session 22): the
+// cost was ensure_block's serial part, which its warp path for all-hit routes removed.
+constexpr int k_pre_per_thread = 2;  // experts per thread preloaded (512 with 256 threads)
+template <int NT>
+__device__ void route_and_ensure(const GemvParams& p) {
+  constexpr int T = 32 * k_gemv_rows;
+  __shared__ int32_t ids[NT * 32], slot_for_id[k_pre_per_thread * T];
+  __shared__ long long recency[k_pre_per_thread * T];
+  const int tid = static_cast<int>(threadIdx.y * 32 + threadIdx.x);
+  const SlotCacheState& s = p.ensure.s;
+  const bool preload = s.n_experts <= k_pre_per_thread * T;
+  const int64_t base = p.ensure.layer * s.n_experts;
+  int32_t sl[k_pre_per_thread];
+  long long rc[k_pre_per_thread];
+  if (preload)
+#pragma unroll
+    for (int j = 0; j < k_pre_per_thread; ++j) {
+      const int64_t e = tid + int64_t{j} * T;
+      if (e < s.n_experts) sl[j] = s.slot_for_id[base + e], rc[j] = s.recency[base + e];
+    }
+  const long long step = s.counters[SC_STEP];
+  for (int t = threadIdx.y; t < NT; t += k_gemv_rows)
+    route_token(p.y[0] + t * p.rows[0], static_cast<int>(p.rows[0]), p.route_k, p.route_renorm,
+                ids + t * p.route_k, p.route_w + t * p.route_k, p.route_local.begin,
+                p.route_local.count);
+  if (preload)
+#pragma unroll
+    for (int j = 0; j < k_pre_per_thread; ++j) {
+      const int64_t e = tid + int64_t{j} * T;
+      if (e < s.n_experts) slot_for_id[e] = sl[j], recency[e] = rc[j];
+    }
+  __syncthreads();
+  for (int i = tid; i < NT * p.route_k; i += T) p.route_ids[i] = ids[i];
+  ensure_block<T, false>(p.ensure, HybridSplitArgs{}, tid,
+                         {.ids = ids,
+                          .slot_for_id = preload ? slot_for_id : nullptr,
+                          .recency = preload ? recency : nullptr,
+                          .step = step});
+}
+
+// ROUTE 1: p.route_counter is set; 2: p.route_ensure too (separate instantiations: the tails
+// cost registers, and the other GEMVs keep their code).
 // The grid is at most one resident wave (launch_gemv): block b takes row groups b, b + grid,
 // ... and, in the VEC layout, loads the next group's first weight batch before it uses the
 // current one, so a matrix with more groups than fit on the GPU streams without a second wave
 // (which would wait behind the first and behind the next kernel's early-launched blocks).
-template <typename W, bool VEC, int NT, bool ROUTE>
+template <typename W, bool VEC, int NT, int ROUTE>
 __global__ void __launch_bounds__(32 * k_gemv_rows)
     gemv_kernel(const __grid_constant__ GemvParams p) {
   extern __shared__ float4 xs_raw[];
@@ -172,17 +220,21 @@ __global__ void __launch_bounds__(32 * k_gemv_rows)
       for (int b = 0; b < k_dot_batch; ++b) pre[b] = nxt[b];
     at = next;
   }
-  if constexpr (ROUTE) {  // the last block to finish routes every token
+  if constexpr (ROUTE > 0) {  // the last block to finish routes every token
     __shared__ bool last;
     __syncthreads();  // every warp's logits stored before thread 0 counts the block
     if (threadIdx.x == 0 && threadIdx.y == 0)
       last = atomic_add_acq_rel(p.route_counter, 1u) == gridDim.x - 1;
     __syncthreads();  // thread 0's acquire ordered before the route's reads (past L1)
     if (!last) return;
-    for (int t = threadIdx.y; t < NT; t += k_gemv_rows)
-      route_token(p.y[0] + t * p.rows[0], static_cast<int>(p.rows[0]), p.route_k, p.route_renorm,
-                  p.route_ids + t * p.route_k, p.route_w + t * p.route_k, p.route_local.begin,
-                  p.route_local.count);
+    if constexpr (ROUTE == 2) {
+      route_and_ensure<NT>(p);
+    } else {
+      for (int t = threadIdx.y; t < NT; t += k_gemv_rows)
+        route_token(p.y[0] + t * p.rows[0], static_cast<int>(p.rows[0]), p.route_k,
+                    p.route_renorm, p.route_ids + t * p.route_k, p.route_w + t * p.route_k,
+                    p.route_local.begin, p.route_local.count);
+    }
     if (threadIdx.x == 0 && threadIdx.y == 0) *p.route_counter = 0;  // ready for the next call
   }
 }
@@ -217,7 +269,7 @@ bool one_wave() {
   return on;
 }
 
-template <typename W, bool VEC, int NT, bool ROUTE>
+template <typename W, bool VEC, int NT, int ROUTE>
 void launch_gemv_nt(const GemvParams& p, size_t smem) {
   auto* kernel = gemv_kernel<W, VEC, NT, ROUTE>;
   int64_t grid = p.block0[p.count];
@@ -227,7 +279,7 @@ void launch_gemv_nt(const GemvParams& p, size_t smem) {
   launch_kernel(kernel, dim3(static_cast<unsigned>(grid)), dim3(32, k_gemv_rows), smem, p);
 }
 
-template <typename W, bool VEC, bool ROUTE>
+template <typename W, bool VEC, int ROUTE>
 void launch_gemv(const GemvParams& p, int64_t nt) {
   const size_t smem = p.norm || p.stage ? nt * p.cols * sizeof(float) : 0;
   switch (nt) {
@@ -333,9 +385,11 @@ void gemv_multi(const float* x, int64_t n, const GemvOut* outs, int count, const
       x = norm->x_out;
     }
     quant_gemv_multi(x, n, outs, count);
-    if (route)
+    if (route) {
       route_topk_softmax(outs[0].y, n, outs[0].w.rows, route->top_k, route->renormalize, route->ids,
                          route->weights, route->local);
+      if (route->ensure) slot_cache_ensure(*route->ensure);
+    }
     return;
   }
   if (norm && n * cols * static_cast<int64_t>(sizeof(float)) > k_gemv_norm_smem) {
@@ -350,6 +404,15 @@ void gemv_multi(const float* x, int64_t n, const GemvOut* outs, int count, const
     p.route_counter = route->counter, p.route_ids = route->ids, p.route_w = route->weights;
     p.route_k = static_cast<int>(route->top_k), p.route_renorm = route->renormalize;
     p.route_local = route->local;
+    if (route->ensure) {
+      const SlotEnsureArgs& e = *route->ensure;
+      FT_CHECK(e.ids == route->ids && e.count == n * route->top_k &&
+                   e.count <= 32 * k_gemv_rows && e.slot_ids && e.fetch && e.fetch_slot &&
+                   e.n_fetch && e.s.slots >= e.s.n_experts && e.s.slots < (1 << 24),
+               "gemv_multi: slot bookkeeping of {} routes ({} routed)", e.count,
+               n * route->top_k);
+      p.route_ensure = true, p.ensure = e;
+    }
     FT_CHECK(route->local.begin >= 0 && route->local.count >= 0 &&
                  route->local.begin + route->local.count <= outs[0].w.rows,
              "gemv_multi: local experts {}+{} of {}", route->local.begin, route->local.count,
@@ -369,14 +432,18 @@ void gemv_multi(const float* x, int64_t n, const GemvOut* outs, int count, const
     bool vec = norm || reinterpret_cast<uintptr_t>(x) % 16 == 0;
     for (int m = 0; m < count; ++m) vec = vec && vec_ok<W>(outs[m].w.data, p.cols);
     p.stage = vec && !norm && n * p.cols * static_cast<int64_t>(sizeof(float)) <= k_gemv_norm_smem;
-    if (vec && route)
-      launch_gemv<W, true, true>(p, n);
+    if (vec && p.route_ensure)
+      launch_gemv<W, true, 2>(p, n);
+    else if (vec && route)
+      launch_gemv<W, true, 1>(p, n);
     else if (vec)
-      launch_gemv<W, true, false>(p, n);
+      launch_gemv<W, true, 0>(p, n);
+    else if (p.route_ensure)
+      launch_gemv<W, false, 2>(p, n);
     else if (route)
-      launch_gemv<W, false, true>(p, n);
+      launch_gemv<W, false, 1>(p, n);
     else
-      launch_gemv<W, false, false>(p, n);
+      launch_gemv<W, false, 0>(p, n);
   });
 }
 

@@ -15,6 +15,7 @@
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/fetch.cuh"
 #include "backend/cuda/moe_combine.cuh"
 #include "base/env.h"
 
@@ -131,14 +132,27 @@ constexpr int k_stream_threads = 128;
 
 // gate_up_kernel's result by streaming: unit u = (slot u / inter, row u % inter), its gate and
 // up rows together (R = 2, one x); a slot with id < 0 is skipped.
-template <typename W>
+template <typename W, bool FETCH>
 __global__ void __launch_bounds__(k_stream_threads)
     gate_up_stream_kernel(const float* __restrict__ x, const int32_t* __restrict__ ids, int top_k,
                           const W* __restrict__ gate, const W* __restrict__ up, int64_t hidden,
                           int64_t inter, int64_t slots, float* __restrict__ act,
-                          float* __restrict__ up_raw) {
+                          float* __restrict__ up_raw, const __grid_constant__ MoeFetch fetch) {
   constexpr int R = 2, B = 4, CH = 32 * k_vec<W> * B;
   pdl_wait();
+  // The layer's misses first (FETCH: the slot cache's bookkeeping ran in the previous
+  // kernel, so the count is final): the whole grid copies them, then meets, and only then lets
+  // the next kernel launch (down_ahead_kernel reads its slots' rows before its own wait). The
+  // rows read below are ones no block read before the barrier, so the non-coherent loads cannot
+  // hold a stale line.
+  if constexpr (FETCH) {
+    const int nf = *fetch.copy.n_fetch;  // uniform over the grid
+    if (nf > 0) {
+      copy_fetched<uint4>(fetch.copy, nf, blockIdx.x * int64_t{k_stream_threads} + threadIdx.x,
+                          int64_t{gridDim.x} * k_stream_threads);
+      grid_sync(fetch.barrier);
+    }
+  }
   pdl_trigger();
   const int64_t nw = int64_t{gridDim.x} * (k_stream_threads / 32), units = slots * inter;
   const int64_t nc = (hidden + CH - 1) / CH, i0 = int64_t{threadIdx.x & 31} * k_vec<W>;
@@ -427,10 +441,21 @@ void decode(const DeviceExperts& e, const MoeArgs& a, MoeWorkspace& ws) {
     const bool vec_d = vec_ok<W>(e.down, I) && I % 4 == 0;  // act rows: ld I, cudaMalloc'd
     const bool st_gu = vec_gu && H * sizeof(float) <= k_stage_smem;
     const size_t sm_gu = st_gu ? H * sizeof(float) : 0;
-    if (vec_gu && stream_kernels())
-      launch_kernel(gate_up_stream_kernel<W>,
-                    dim3(stream_grid<gate_up_stream_kernel<W>>(slots * I)),
-                    dim3(k_stream_threads), 0, a.x, a.ids, k, g, u, H, I, slots, act, up_raw);
+    // The misses' copy inside the streaming gate/up kernel (one resident wave, so its grid
+    // barrier is safe), else its own launch before the experts.
+    const bool fused = a.fetch && vec_gu && stream_kernels() &&
+                       fetch_vectorizable(a.fetch->copy) && a.fetch->barrier;
+    if (a.fetch && !fused) fetch_experts(a.fetch->copy);
+    if (fused)
+      launch_kernel(gate_up_stream_kernel<W, true>,
+                    dim3(stream_grid<gate_up_stream_kernel<W, true>>(slots * I)),
+                    dim3(k_stream_threads), 0, a.x, a.ids, k, g, u, H, I, slots, act, up_raw,
+                    *a.fetch);
+    else if (vec_gu && stream_kernels())
+      launch_kernel(gate_up_stream_kernel<W, false>,
+                    dim3(stream_grid<gate_up_stream_kernel<W, false>>(slots * I)),
+                    dim3(k_stream_threads), 0, a.x, a.ids, k, g, u, H, I, slots, act, up_raw,
+                    MoeFetch{});
     else if (vec_gu)
       launch_kernel(gate_up_kernel<W, true>, grid_gu, block, sm_gu, a.x, a.ids, k, g, u, H, I,
                     st_gu, act, up_raw);
@@ -580,7 +605,10 @@ void moe_experts(Blas& blas, const DeviceExperts& e, const MoeArgs& a, MoeWorksp
 
 static void moe_experts_core(Blas& blas, const DeviceExperts& e, const MoeArgs& a,
                              MoeWorkspace& ws) {
-  if (a.n <= k_gemv_max_tokens && !e.uniform())  // mixed dtypes / strides, per-expert scales
+  const bool gemv = a.n <= k_gemv_max_tokens;
+  if (a.fetch && !(gemv && e.uniform() && !dtype_is_quant(e.dtype)))
+    fetch_experts(a.fetch->copy);  // decode() copies its own (inside gate/up where it can)
+  if (gemv && !e.uniform())  // mixed dtypes / strides, per-expert scales
     moe_decode_mixed(e, a, ws);
   else if (a.n <= k_gemv_max_tokens && dtype_is_quant(e.dtype))
     decode_quant(e, a, ws);
