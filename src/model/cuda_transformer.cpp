@@ -724,14 +724,14 @@ void CudaTransformer::ffn_block(int64_t l, int64_t n) {
   cuda::add_inplace(x, tmp, n * H);
 }
 
-// Router -> top-k -> experts added into x_. Offloaded: all resident (a layer view of the pool),
-// streaming (wait for the layer's copy, free its buffer after), decode through the device
-// cache (bookkeeping and fetch kernels), or HYBRID (host bookkeeping, CPU share).
 bool CudaTransformer::fused_fetch(int64_t n) const {
   return fused_fetch_on_ && store_ && !store_->all_resident() && !streaming_ && !share_ &&
          store_->device_cache() && n <= cuda::k_gemv_max_tokens && timing_weight_ <= 0;
 }
 
+// Router -> top-k -> experts added into x_. Offloaded: all resident (a layer view of the pool),
+// streaming (wait for the layer's copy, free its buffer after), decode through the device
+// cache (bookkeeping and fetch kernels), or HYBRID (host bookkeeping, CPU share).
 void CudaTransformer::moe_block(int64_t l, int64_t n, bool routed, bool ensured) {
   const Layer& L = layers_[l];
   int32_t* ids = route_ids_.as<int32_t>();

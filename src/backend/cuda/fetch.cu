@@ -29,7 +29,6 @@ void fetch_experts(const FetchArgs& a) {
            "fetch_experts: bad arguments");
   static const int sms = sm_count();
   const auto grid = static_cast<unsigned>(a.blocks > 0 ? a.blocks : 2 * sms);
-  // 16-byte vectors when every matrix, stride and pointer allows them, else byte copies.
   if (fetch_vectorizable(a))
     launch_kernel(fetch_kernel<uint4>, dim3(grid), dim3(k_threads), 0, a);
   else

@@ -77,15 +77,15 @@ __device__ __forceinline__ void grid_sync(uint32_t* bar) {
   __syncthreads();
 }
 
-// Whether copy_fetched<uint4> may copy a's experts: every matrix, stride and pointer a multiple
-// of 16 bytes.
+// Whether copy_fetched<uint4> copies a's experts: every matrix and stride a multiple of 16
+// bytes (else byte copies). Such stacks must start 16-byte aligned (fails otherwise).
 inline bool fetch_vectorizable(const FetchArgs& a) {
   bool vec = a.matrix_bytes % 16 == 0;
   for (int m = 0; m < 3; ++m) vec = vec && a.bytes[m] % 16 == 0 && a.dst_stride[m] % 16 == 0;
   for (const void* p : {static_cast<const void*>(a.gate_src), static_cast<const void*>(a.up_src),
                         static_cast<const void*>(a.down_src), static_cast<const void*>(a.gate_dst),
                         static_cast<const void*>(a.up_dst), static_cast<const void*>(a.down_dst)})
-    vec = vec && reinterpret_cast<uintptr_t>(p) % 16 == 0;
+    FT_CHECK(!vec || reinterpret_cast<uintptr_t>(p) % 16 == 0, "fetch_experts: unaligned stack");
   return vec;
 }
 

@@ -606,14 +606,13 @@ void moe_experts(Blas& blas, const DeviceExperts& e, const MoeArgs& a, MoeWorksp
 static void moe_experts_core(Blas& blas, const DeviceExperts& e, const MoeArgs& a,
                              MoeWorkspace& ws) {
   const bool gemv = a.n <= k_gemv_max_tokens;
-  if (a.fetch && !(gemv && e.uniform() && !dtype_is_quant(e.dtype)))
-    fetch_experts(a.fetch->copy);  // decode() copies its own (inside gate/up where it can)
+  if (gemv && e.uniform() && !dtype_is_quant(e.dtype))
+    return decode(e, a, ws);  // copies a.fetch itself (inside gate/up where it can)
+  if (a.fetch) fetch_experts(a.fetch->copy);
   if (gemv && !e.uniform())  // mixed dtypes / strides, per-expert scales
     moe_decode_mixed(e, a, ws);
-  else if (a.n <= k_gemv_max_tokens && dtype_is_quant(e.dtype))
+  else if (gemv)
     decode_quant(e, a, ws);
-  else if (a.n <= k_gemv_max_tokens)
-    decode(e, a, ws);
   else
     prefill(blas, e, a, ws);
 }
