@@ -103,9 +103,12 @@ std::unique_ptr<Model> Model::synthetic(const ModelConfig& config, uint64_t seed
   m->config_ = config;
   const ModelConfig& c = m->config_;
   std::mt19937_64 rng(seed);
-  // A cheap generator: a table of random bf16 values tiled with a random offset per tensor,
-  // so building gigabytes of weights takes well under a second per GB.
-  std::vector<uint16_t> table(1 << 16);
+  // A cheap generator: a table of random bf16 values, each row of a tensor read from it with
+  // a stride of 7 from the row's own random offset, so building gigabytes of weights takes well
+  // under a second per GB. (One offset per tensor repeated a [rows, 2048] matrix's rows every
+  // 32 rows of a 2^16 table: the router had 32 distinct rows, so ties sent every token to
+  // experts 0..31 and three quarters of the experts were never routed.)
+  std::vector<uint16_t> table(1 << 20);
   std::normal_distribution<float> normal(0.f, 1.f);
   for (auto& v : table) v = f32_to_bf16(normal(rng) * 0.05f);
   auto make = [&](std::initializer_list<int64_t> shape, const char* name) {
@@ -116,8 +119,11 @@ std::unique_ptr<Model> Model::synthetic(const ModelConfig& config, uint64_t seed
     for (int64_t d : shape) t.shape[i++] = d;
     t.name = name;
     std::vector<uint16_t> buf(t.numel());
-    size_t off = rng() % table.size();
-    for (size_t j = 0; j < buf.size(); ++j) buf[j] = table[(off + j * 7) % table.size()];
+    const size_t cols = static_cast<size_t>(t.shape[t.ndim - 1]);
+    for (size_t r = 0; r < buf.size(); r += cols) {
+      const size_t off = rng() % table.size();
+      for (size_t j = 0; j < cols; ++j) buf[r + j] = table[(off + j * 7) % table.size()];
+    }
     t.data = buf.data();
     m->arena_.push_back(std::move(buf));
     return t;

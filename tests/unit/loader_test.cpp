@@ -2,6 +2,7 @@
 // problem, never a crash. Broken copies of the qwen3_moe fixture are made in a temp dir.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
@@ -149,6 +150,25 @@ TEST(Safetensors, ShardedFixtureAndStackedExperts) {
   EXPECT_EQ(L.experts[2].up.shape[1], 64);
   EXPECT_EQ(L.experts[2].down.shape[0], 64);
   EXPECT_TRUE(m->weights().layers[0].experts.empty());  // decoder_sparse_step 2: dense
+}
+
+// The benchmarks' synthetic weights: every row of a matrix is its own. (One table offset per
+// tensor repeated [rows, 2048] rows every 32: four identical copies of each router row, so the
+// top-k's ties sent every token to experts 0..31.)
+TEST(SyntheticModel, RowsAreDistinct) {
+  const ModelConfig c = synthetic_moe_config({.layers = 1, .experts = 128, .top_k = 8,
+                                              .hidden = 2048, .expert_dim = 8, .heads = 4,
+                                              .kv_heads = 1, .head_dim = 64, .vocab = 64});
+  auto m = Model::synthetic(c, 42);
+  for (const TensorView* t : {&m->weights().layers[0].router, &m->weights().embed}) {
+    ASSERT_EQ(t->dtype, DType::BF16);
+    const int64_t rows = t->shape[0], bytes = t->shape[1] * 2;
+    const auto* p = static_cast<const char*>(t->data);
+    for (int64_t a = 0; a < rows; ++a)
+      for (int64_t b = a + 1; b < rows; ++b)
+        ASSERT_NE(std::memcmp(p + a * bytes, p + b * bytes, bytes), 0)
+            << t->name << " rows " << a << " and " << b;
+  }
 }
 
 }  // namespace

@@ -78,6 +78,11 @@ def main():
         print(f"{rows[0][0]:40s} {m:9.2f} {d:9.2f}")
     print(f"{'layer':40s} {tot:9.2f}")
     print(f"step (first start to last end): median {statistics.median(totals):.1f} us")
+    # The device's idle time between steps: a step's first start minus the previous step's
+    # last end (the host's turn: reading the token, copying the next inputs, the graph launch).
+    gaps = [(b[0][0] - a[-1][1]) / 1e3 for a, b in zip(steps, steps[1:])]
+    if gaps:
+        print(f"between steps (last end to next first start): median {statistics.median(gaps):.1f} us")
 
 
 if __name__ == "__main__":
