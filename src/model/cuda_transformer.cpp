@@ -725,8 +725,9 @@ void CudaTransformer::ffn_block(int64_t l, int64_t n) {
 }
 
 bool CudaTransformer::fused_fetch(int64_t n) const {
-  return fused_fetch_on_ && store_ && !store_->all_resident() && !streaming_ && !share_ &&
-         store_->device_cache() && n <= cuda::k_gemv_max_tokens && timing_weight_ <= 0;
+  // device_cache(): a slot cache smaller than the pool (never all resident).
+  return fused_fetch_on_ && store_ && store_->device_cache() && !streaming_ && !share_ &&
+         n <= cuda::k_gemv_max_tokens && timing_weight_ <= 0;
 }
 
 // Router -> top-k -> experts added into x_. Offloaded: all resident (a layer view of the pool),
