@@ -1,4 +1,5 @@
-// ExpertCache: LRU slot assignment with per-step protection, and the hybrid fetch split.
+// ExpertCache: LRU slot assignment with per-step protection and thrash-resistant insertion,
+// and the hybrid fetch split.
 #include "experts/expert_cache.h"
 
 #include <algorithm>
@@ -6,11 +7,12 @@
 
 #include "base/error.h"
 #include "base/q_split.h"
+#include "base/slot_rank.h"
 
 namespace ft {
 
-ExpertCache::ExpertCache(int64_t n_layers, int64_t n_experts, int64_t slots)
-    : n_layers_(n_layers), n_experts_(n_experts),
+ExpertCache::ExpertCache(int64_t n_layers, int64_t n_experts, int64_t slots, int64_t window)
+    : n_layers_(n_layers), n_experts_(n_experts), window_(window > 0 ? window : n_layers),
       slot_for_id_(n_layers * n_experts, -1), id_of_slot_(slots, -1), usage_(slots, 0),
       recency_(n_layers * n_experts, 0) {
   if (slots < n_experts)
@@ -68,12 +70,14 @@ EnsurePlan ExpertCache::ensure(int64_t layer, std::span<const int32_t> active, i
       plan.cpu.push_back(active[i]);
       continue;
     }
-    // Victim: least recently used slot not owned this step (never-used slots first), the
-    // highest index on ties: a fresh or dropped cache fills from the top, so the prefill
-    // buffers [0, 2E), which the next prefill overwrites, are the last free slots taken.
+    // Victim: the lowest rank (empty, probationary, least recently used) of the slots not
+    // owned this step, the highest index on ties: a fresh or dropped cache fills from the top,
+    // so the prefill buffers [0, 2E), which the next prefill overwrites, are the last free
+    // slots taken.
     int32_t victim = -1;
     for (size_t s = 0; s < usage_.size(); ++s)
-      if (!owned[s] && (victim < 0 || usage_[s] <= usage_[victim])) victim = static_cast<int32_t>(s);
+      if (!owned[s] && (victim < 0 || slot_rank(usage_[s]) <= slot_rank(usage_[victim])))
+        victim = static_cast<int32_t>(s);
     FT_CHECK(victim >= 0, "no evictable slot: {} slots for {} active experts", usage_.size(),
              active.size());
     if (id_of_slot_[victim] >= 0) {
@@ -82,7 +86,12 @@ EnsurePlan ExpertCache::ensure(int64_t layer, std::span<const int32_t> active, i
     }
     id_of_slot_[victim] = static_cast<int32_t>(base + active[i]);
     slot_for_id_[base + active[i]] = victim;
-    usage_[victim] = step_;
+    // A recent victim (probationary, or used within the window): LRU is cycling.
+    const bool probation = std::ssize(active) <= k_probation_max_active &&
+                           slot_recent(usage_[victim], step_, window_) &&
+                           thrash_++ % k_promote_every != k_promote_every - 1;
+    stats_.probation += probation;
+    usage_[victim] = probation ? probation_usage(step_) : step_;
     owned[victim] = 1;
     plan.slot_of[i] = victim;
     plan.fetch.push_back(active[i]);

@@ -21,6 +21,13 @@ uint64_t mix(uint64_t x) {  // splitmix64 finaliser: a per-matrix offset from it
   x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
   return x ^ (x >> 31);
 }
+
+// The slot cache's thrash window: one decode pass's steps (its MoE layers). FT_SLOT_PROBATION=0
+// makes it 1, where no victim is ever recent: plain LRU, for A/B runs.
+int64_t probation_window(const HostExperts& host) {
+  static const bool on = env_on("FT_SLOT_PROBATION");
+  return on ? host.moe_layers : 1;
+}
 }  // namespace
 
 size_t HostExperts::total_bytes() const {
@@ -299,7 +306,7 @@ GpuExpertStore::GpuExpertStore(const HostExperts& host, int64_t slots, bool devi
       gate_(slots * host.slot_matrix_bytes(0)),
       up_(slots * host.slot_matrix_bytes(1)),
       down_(slots * host.slot_matrix_bytes(2)),
-      cache_(host.n_layers, host.n_experts, slots),
+      cache_(host.n_layers, host.n_experts, slots, probation_window(host)),
       moe_index_(host.n_layers, -1),
       device_cache_(device_cache && slots < host.moe_layers * host.n_experts) {
   FT_CHECK(slots <= host.moe_layers * host.n_experts, "{} slots for {} experts", slots,
@@ -346,7 +353,8 @@ cuda::SlotCacheState GpuExpertStore::device_state() const {
           .recency = d_recency_.as<int64_t>(),
           .counters = d_counters_.as<int64_t>(),
           .n_experts = host_.n_experts,
-          .slots = slots_};
+          .slots = slots_,
+          .window = probation_window(host_)};
 }
 
 cuda::SlotEnsureArgs GpuExpertStore::ensure_args(int64_t l, const int32_t* ids, int64_t count,
@@ -423,7 +431,7 @@ ExpertCacheStats GpuExpertStore::cache_stats() const {
   cuda::copy_to_host(c, d_counters_.data(), sizeof(c));
   ExpertCacheStats s = cache_.stats();
   s.lookups += c[cuda::SC_LOOKUPS], s.hits += c[cuda::SC_HITS], s.misses += c[cuda::SC_MISSES];
-  s.evictions += c[cuda::SC_EVICTIONS];
+  s.evictions += c[cuda::SC_EVICTIONS], s.probation += c[cuda::SC_PROBATION];
   return s;
 }
 

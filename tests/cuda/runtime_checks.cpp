@@ -262,10 +262,16 @@ std::string check_moe_skip() {
 
 // The device bookkeeping makes ExpertCache's decisions: same slot per id, same fetch list in
 // the same order, same counters, over random steps (repeats, all-hit and all-miss layers).
+// 8 experts a layer, up to 8 ids a step: decode-sized steps, on probation where they cycle; 48
+// a layer, up to 64 ids: steps past k_probation_max_active distinct experts too.
 std::string check_slot_cache() {
   std::string err;
-  for (int64_t slots : {8, 11, 24}) {
-    const int64_t L = 3, E = 8;
+  struct Config {
+    int64_t E, slots, max_count;
+  };
+  for (const Config cfg : {Config{8, 8, 8}, Config{8, 11, 8}, Config{8, 24, 8}, Config{48, 48, 64},
+                           Config{48, 72, 64}}) {
+    const int64_t L = 3, E = cfg.E, slots = cfg.slots;
     ExpertCache host(L, E, slots);
     DeviceBuffer slot_for_id(L * E * 4), id_of_slot(slots * 4), usage(slots * 8),
         recency(L * E * 8), counters(cuda::k_slot_counters * 8), fetch(256 * 4),
@@ -278,10 +284,11 @@ std::string check_slot_cache() {
                                   .recency = recency.as<int64_t>(),
                                   .counters = counters.as<int64_t>(),
                                   .n_experts = E,
-                                  .slots = slots};
+                                  .slots = slots,
+                                  .window = L};
     cuda::slot_cache_reset(st, L * E);
     std::mt19937 rng(static_cast<uint32_t>(slots));
-    for (int step = 0; step < 200; ++step) {
+    for (int step = 0; step < 400; ++step) {
       if (step == 60) {  // prefill streaming drops its buffers' slots [0, E)
         host.drop_slots(E);
         cuda::slot_cache_drop(st, L * E, E);
@@ -290,7 +297,7 @@ std::string check_slot_cache() {
         host.reset();
         cuda::slot_cache_reset(st, L * E);
       }
-      const int64_t layer = rng() % L, count = 1 + rng() % 8;
+      const int64_t layer = rng() % L, count = 1 + rng() % cfg.max_count;
       std::vector<int32_t> ids(count);
       for (auto& id : ids) id = static_cast<int32_t>(rng() % (step % 3 == 0 ? 3 : E));
       DeviceBuffer dids = up(ids);
@@ -329,10 +336,15 @@ std::string check_slot_cache() {
     const auto c = down<int64_t>(counters, cuda::k_slot_counters);
     const ExpertCacheStats& hs = host.stats();
     if (c[cuda::SC_LOOKUPS] != hs.lookups || c[cuda::SC_HITS] != hs.hits ||
-        c[cuda::SC_MISSES] != hs.misses || c[cuda::SC_EVICTIONS] != hs.evictions)
-      err += fmt::format("slot cache {} slots: counters {}/{}/{}/{} != host {}/{}/{}/{}\n", slots,
-                         c[cuda::SC_LOOKUPS], c[cuda::SC_HITS], c[cuda::SC_MISSES],
-                         c[cuda::SC_EVICTIONS], hs.lookups, hs.hits, hs.misses, hs.evictions);
+        c[cuda::SC_MISSES] != hs.misses || c[cuda::SC_EVICTIONS] != hs.evictions ||
+        c[cuda::SC_PROBATION] != hs.probation)
+      err += fmt::format("slot cache {} slots: counters {}/{}/{}/{}/{} != host {}/{}/{}/{}/{}\n",
+                         slots, c[cuda::SC_LOOKUPS], c[cuda::SC_HITS], c[cuda::SC_MISSES],
+                         c[cuda::SC_EVICTIONS], c[cuda::SC_PROBATION], hs.lookups, hs.hits,
+                         hs.misses, hs.evictions, hs.probation);
+    // 3 layers of up to 8 ids in 8 or 11 slots cycle: the probation path must have run.
+    if (E == 8 && slots < L * 8 && hs.probation == 0)
+      err += fmt::format("slot cache {} slots: nothing went on probation\n", slots);
   }
   return err;
 }

@@ -1,12 +1,15 @@
 // Expert cache policy invariants: hits/misses, global LRU across layers, protection of the
-// current step's experts, map consistency, fetch caps and the hybrid split rule.
+// current step's experts, map consistency, fetch caps, probation when a pass does not fit
+// (against a plain LRU reference) and the hybrid split rule.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 #include <set>
 
 #include "base/error.h"
 #include "base/q_split.h"
+#include "base/slot_rank.h"
 #include "experts/expert_cache.h"
 
 namespace ft {
@@ -37,17 +40,28 @@ TEST(ExpertCache, EvictsGlobalLeastRecentlyUsedAcrossLayers) {
   EXPECT_EQ(std::set<int32_t>(p.slot_of.begin(), p.slot_of.end()).size(), 2u);
 }
 
+// One layer in 8 slots, and 6 layers in 9 (a pass never fits: probation on every step that
+// misses): a step's experts get distinct slots, and the maps stay one-to-one.
 TEST(ExpertCache, NeverEvictsThisStepsExperts) {
-  ExpertCache c(1, 8, 8);
-  std::mt19937 rng(3);
-  for (int step = 0; step < 2000; ++step) {
-    std::vector<int32_t> all{0, 1, 2, 3, 4, 5, 6, 7};
-    std::shuffle(all.begin(), all.end(), rng);
-    std::vector<int32_t> a(all.begin(), all.begin() + 1 + rng() % 8);
-    auto p = c.ensure(0, a);
-    std::set<int32_t> slots(p.slot_of.begin(), p.slot_of.end());
-    ASSERT_EQ(slots.size(), a.size());  // distinct slots, none -1
-    for (size_t i = 0; i < a.size(); ++i) ASSERT_EQ(c.slot_of(0, a[i]), p.slot_of[i]);
+  for (const int64_t L : {1, 6}) {
+    const int64_t E = 8, S = L == 1 ? 8 : 9;
+    ExpertCache c(L, E, S);
+    std::mt19937 rng(3);
+    for (int step = 0; step < 3000; ++step) {
+      const int64_t layer = rng() % L;
+      std::vector<int32_t> all{0, 1, 2, 3, 4, 5, 6, 7};
+      std::shuffle(all.begin(), all.end(), rng);
+      std::vector<int32_t> a(all.begin(), all.begin() + 1 + rng() % 8);
+      auto p = c.ensure(layer, a);
+      std::set<int32_t> slots(p.slot_of.begin(), p.slot_of.end());
+      ASSERT_EQ(slots.size(), a.size());  // distinct slots, none -1
+      for (size_t i = 0; i < a.size(); ++i) ASSERT_EQ(c.slot_of(layer, a[i]), p.slot_of[i]);
+      std::set<int32_t> used;
+      for (int64_t l = 0; l < L; ++l)
+        for (int32_t e = 0; e < E; ++e)
+          if (int32_t s = c.slot_of(l, e); s >= 0) ASSERT_TRUE(used.insert(s).second);
+    }
+    EXPECT_EQ(c.stats().probation > 0, L > 1);
   }
 }
 
@@ -109,6 +123,141 @@ TEST(ExpertCache, DropSlotsKeepsTheRest) {
 }
 
 TEST(ExpertCache, TooFewSlotsIsAnError) { EXPECT_THROW(ExpertCache(2, 8, 7), Error); }
+
+// The pre-probation policy (plain timestamp LRU, the highest index on ties; misses most
+// recently active first, then lower id) as a reference.
+struct PlainLru {
+  std::vector<int32_t> slot_for_id, id_of_slot;
+  std::vector<int64_t> usage, recency;
+  int64_t step = 0, E;
+  PlainLru(int64_t L, int64_t E_, int64_t S)
+      : slot_for_id(L * E_, -1), id_of_slot(S, -1), usage(S, 0), recency(L * E_, 0), E(E_) {}
+  std::vector<int32_t> ensure(int64_t layer, const std::vector<int32_t>& active) {
+    ++step;
+    std::vector<int32_t> out(active.size(), -1);
+    std::vector<char> owned(usage.size(), 0);
+    std::vector<size_t> miss;
+    for (size_t i = 0; i < active.size(); ++i)
+      if (int32_t s = slot_for_id[layer * E + active[i]]; s >= 0)
+        usage[s] = step, owned[s] = 1, out[i] = s;
+      else
+        miss.push_back(i);
+    std::sort(miss.begin(), miss.end(), [&](size_t a, size_t b) {
+      const int64_t ra = recency[layer * E + active[a]], rb = recency[layer * E + active[b]];
+      return ra != rb ? ra > rb : active[a] < active[b];
+    });
+    for (size_t i : miss) {
+      int32_t v = -1;
+      for (size_t s = 0; s < usage.size(); ++s)
+        if (!owned[s] && (v < 0 || usage[s] <= usage[v])) v = static_cast<int32_t>(s);
+      if (id_of_slot[v] >= 0) slot_for_id[id_of_slot[v]] = -1;
+      id_of_slot[v] = static_cast<int32_t>(layer * E + active[i]);
+      slot_for_id[layer * E + active[i]] = v;
+      usage[v] = step, owned[v] = 1, out[i] = v;
+    }
+    for (int32_t e : active) recency[layer * E + e] = step;
+    return out;
+  }
+};
+
+// A pass's experts per layer, the same every token (a decode that keeps its routing).
+std::vector<std::vector<int32_t>> fixed_routes(int64_t L, int64_t E, int64_t k, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<std::vector<int32_t>> r(L);
+  for (auto& a : r) {
+    std::vector<int32_t> all(E);
+    for (int32_t e = 0; e < E; ++e) all[e] = e;
+    std::shuffle(all.begin(), all.end(), rng);
+    a.assign(all.begin(), all.begin() + k);
+  }
+  return r;
+}
+
+// When one pass's experts (window x ids per step) fit in the slots, a victim is never recent:
+// the same decisions as plain LRU, and nothing goes on probation.
+TEST(ExpertCache, PlainLruWhenAPassFits) {
+  const int64_t L = 4, E = 16, k = 6, S = L * k + 1;
+  ExpertCache c(L, E, S);
+  PlainLru ref(L, E, S);
+  std::mt19937 rng(5);
+  for (int step = 0; step < 4000; ++step) {
+    const int64_t layer = step % L;
+    std::set<int32_t> uniq;
+    const size_t n = 1 + rng() % k;
+    while (uniq.size() < n) uniq.insert(static_cast<int32_t>(rng() % E));
+    std::vector<int32_t> a(uniq.begin(), uniq.end());
+    ASSERT_EQ(c.ensure(layer, a).slot_of, ref.ensure(layer, a)) << "step " << step;
+  }
+  EXPECT_EQ(c.stats().probation, 0);
+}
+
+// A pass needs more experts than there are slots: plain LRU evicts each one before its next use
+// and never hits; with probation the slots that are not cycling keep hitting.
+TEST(ExpertCache, ProbationKeepsACyclingPassHitting) {
+  const int64_t L = 8, E = 16, k = 4, S = 24;  // 32 experts a pass
+  const auto routes = fixed_routes(L, E, k, 7);
+  ExpertCache c(L, E, S);
+  int64_t hits = 0, ref_hits = 0, lookups = 0;
+  for (int pass = 0; pass < 300; ++pass)
+    for (int64_t l = 0; l < L; ++l) {
+      const auto before = c.stats().hits;
+      c.ensure(l, routes[l]);
+      if (pass >= 200) hits += c.stats().hits - before, lookups += k;  // after a warm-up
+    }
+  PlainLru lru(L, E, S);  // a hit: the expert had a slot before the step
+  for (int pass = 0; pass < 300; ++pass)
+    for (int64_t l = 0; l < L; ++l) {
+      std::vector<int32_t> was(k);
+      for (int64_t i = 0; i < k; ++i) was[i] = lru.slot_for_id[l * E + routes[l][i]];
+      lru.ensure(l, routes[l]);
+      if (pass >= 200)
+        for (int32_t s : was) ref_hits += s >= 0;
+    }
+  EXPECT_EQ(ref_hits, 0);
+  // 4 slots cycle (one step's misses); the other 20 of 32 experts hit, less promotion churn.
+  EXPECT_GE(hits * 100, lookups * 55) << hits << " of " << lookups;
+  EXPECT_GT(c.stats().probation, 0);
+}
+
+// After the routing moves to other experts, the old kept set ages out of the window and is
+// evicted as plain LRU would, so the cache settles on the new routing within a few passes.
+TEST(ExpertCache, ProbationFollowsAShiftingRouting) {
+  const int64_t L = 8, E = 16, k = 4, S = 24;  // 32 experts a pass
+  const auto a = fixed_routes(L, E / 2, k, 1);
+  auto b = fixed_routes(L, E / 2, k, 2);
+  for (auto& r : b)
+    for (auto& e : r) e += E / 2;  // disjoint from a
+  ExpertCache c(L, E, S);
+  for (int pass = 0; pass < 100; ++pass)
+    for (int64_t l = 0; l < L; ++l) c.ensure(l, a[l]);
+  int64_t hits = 0;
+  for (int pass = 0; pass < 20; ++pass)
+    for (int64_t l = 0; l < L; ++l) {
+      const auto before = c.stats().hits;
+      c.ensure(l, b[l]);
+      if (pass >= 10) hits += c.stats().hits - before;
+    }
+  EXPECT_GE(hits * 100, 10 * L * k * 55) << hits;
+}
+
+// Steps of more than k_probation_max_active distinct experts (an extend through the cache)
+// insert as plain LRU does even when the pass does not fit, so the decode after it finds the
+// pass's last layers cached.
+TEST(ExpertCache, LargeStepsInsertAsLru) {
+  const int64_t L = 8, E = 64, S = 100, n = k_probation_max_active + 8;  // 320 a pass
+  ExpertCache c(L, E, S);
+  PlainLru ref(L, E, S);
+  std::mt19937 rng(13);
+  for (int step = 0; step < 400; ++step) {
+    std::vector<int32_t> all(E);
+    for (int32_t e = 0; e < E; ++e) all[e] = e;
+    std::shuffle(all.begin(), all.end(), rng);
+    const std::vector<int32_t> a(all.begin(), all.begin() + n);
+    ASSERT_EQ(c.ensure(step % L, a).slot_of, ref.ensure(step % L, a)) << "step " << step;
+  }
+  EXPECT_EQ(c.stats().probation, 0);
+}
+
 
 TEST(HybridSplit, BalancesFetchAgainstCpu) {
   EXPECT_EQ(hybrid_fetch_count(0, 0.5), 0);

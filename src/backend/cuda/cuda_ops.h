@@ -531,19 +531,32 @@ void moe_decode_mixed(const DeviceExperts& e, const MoeArgs& a, MoeWorkspace& ws
 struct SlotCacheState {
   int32_t* slot_for_id;  // [n_layers * n_experts] -> slot or -1
   int32_t* id_of_slot;   // [slots] -> flat id or -1
-  int64_t* usage;        // [slots] step last used (0 = never)
+  int64_t* usage;        // [slots] step last used (0 = never; base/slot_rank.h)
   int64_t* recency;      // [n_layers * n_experts] step last active
-  int64_t* counters;     // [k_slot_counters]: step, lookups, hits, misses, evictions, fetched
+  int64_t* counters;     // [k_slot_counters]
   int64_t n_experts, slots;
+  int64_t window;  // steps of one pass (its MoE layers): ExpertCache's thrash window
 };
-enum SlotCounter { SC_STEP, SC_LOOKUPS, SC_HITS, SC_MISSES, SC_EVICTIONS, SC_FETCHED };
-constexpr int k_slot_counters = 6;
+// The step, the lookup / hit / miss / eviction / fetch counts, the victims found recent (the
+// promotion turn) and the fetches inserted on probation.
+enum SlotCounter {
+  SC_STEP,
+  SC_LOOKUPS,
+  SC_HITS,
+  SC_MISSES,
+  SC_EVICTIONS,
+  SC_FETCHED,
+  SC_THRASH,
+  SC_PROBATION
+};
+constexpr int k_slot_counters = 8;
 
 // Ids one slot_cache_ensure takes at most (its fetch and admission lists hold as many).
 constexpr int64_t k_slot_max_ids = 256;
 // One ExpertCache::ensure of `layer` for the ids [count] on the device (count <=
-// k_slot_max_ids): hits are touched, every miss gets the least recently used slot not used by
-// this step (priority: most recently active, then lower id). slot_ids[i] = the slot of ids[i];
+// k_slot_max_ids): hits are touched, every miss gets the lowest-ranked slot not used by this
+// step (empty, probationary, least recently used; priority: most recently active, then lower
+// id), on probation when that victim is recent. slot_ids[i] = the slot of ids[i];
 // fetch/fetch_slot [*n_fetch] = the experts to copy and where. One block; nothing returns to
 // the host.
 struct SlotEnsureArgs {

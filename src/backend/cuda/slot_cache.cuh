@@ -3,8 +3,9 @@
 // router GEMV's last block (gemv_multi with GemvRoute::ensure, 256 threads), which then leaves
 // the decode step's bookkeeping no launch of its own.
 // Lookups run in parallel; thread 0 does the short serial parts on shared memory (distinct
-// ids, miss order); the victim search (least recently used slot not used this step, highest
-// index on ties: the prefill buffers [0, 2E) last) is a block-wide min per miss. Ids < 0 (a
+// ids, miss order); the victim search (the lowest slot_rank not used this step, highest index
+// on ties: the prefill buffers [0, 2E) last) is a block-wide min per miss, and a fetch whose
+// victim is recent goes in on probation (base/slot_rank.h). Ids < 0 (a
 // tensor-parallel shard's routed ids of other ranks' experts) are skipped: slot -1, no lookup.
 // HYBRID (cpu_share.h): only the q* rule's share of the misses is fetched; the rest keep slot
 // -1 and, when there are any, the block fills the CPU's mailbox (routes, weights, input rows)
@@ -15,6 +16,7 @@
 #include "backend/cuda/cpu_share.h"
 #include "backend/cuda/cuda_ops.h"
 #include "base/q_split.h"
+#include "base/slot_rank.h"
 
 namespace ft::cuda {
 
@@ -83,7 +85,8 @@ __device__ void ensure_block(const SlotEnsureArgs& a, const HybridSplitArgs& h, 
   __shared__ int32_t ids[k_max_ids], active[k_max_ids], slot_of[k_max_ids], miss[k_max_ids];
   __shared__ int32_t cpu[HYBRID ? k_max_ids : 1];
   __shared__ long long rec[k_max_ids];
-  __shared__ int n_active, n_miss, n_fetch, n_got, n_admit;
+  __shared__ int n_active, n_miss, n_fetch, n_got, n_admit, n_probation;
+  __shared__ long long thrash;  // SC_THRASH, counted on by thread 0
   __shared__ int32_t claimed;
   __shared__ bool go;
   __shared__ unsigned long long partial[THREADS / 32];
@@ -165,21 +168,22 @@ __device__ void ensure_block(const SlotEnsureArgs& a, const HybridSplitArgs& h, 
     const int nf = HYBRID ? static_cast<int>(hybrid_fetch_count_q16(nm, h.fetch_q16)) : nm;
     n_miss = nm;
     n_fetch = nf;
-    n_got = 0, n_admit = 0;
+    n_got = 0, n_admit = 0, n_probation = 0;
+    thrash = s.counters[SC_THRASH];
     count_up(s, SC_LOOKUPS, na), count_up(s, SC_HITS, na - nm), count_up(s, SC_MISSES, nm);
   }
   __syncthreads();
   const int lane = tid & 31, warp = tid >> 5;
-  // A slot for active expert i: the least recently used one that this step does not use and
-  // that awaits no admission copy (usage < 0), the highest index on ties, evicted and mapped to
-  // the expert with usage u_new; -1 when there is none (the host checks that a fetch always
-  // finds one in OFFLOAD).
+  // A slot for active expert i: the lowest-ranked one that this step does not use and that
+  // awaits no admission copy, the highest index on ties, evicted and mapped to the expert with
+  // usage u_new (a fetch, u_new = step: on probation when the victim is recent); -1 when there
+  // is none (the host checks that a fetch always finds one in OFFLOAD).
   auto claim = [&](int i, long long u_new) {
     unsigned long long best = ~0ull;
     for (int64_t sl = tid; sl < s.slots; sl += THREADS) {
       const long long u = s.usage[sl];
-      if (u != step && u >= 0)
-        best = min(best, (static_cast<unsigned long long>(u) << 24) | (0xffffff - sl));
+      if (slot_evictable(u, step))
+        best = min(best, (static_cast<unsigned long long>(slot_rank(u)) << 24) | (0xffffff - sl));
     }
     best = warp_min(best);
     if (lane == 0) partial[warp] = best;
@@ -197,7 +201,11 @@ __device__ void ensure_block(const SlotEnsureArgs& a, const HybridSplitArgs& h, 
         const int32_t flat = static_cast<int32_t>(base + active[i]);
         s.id_of_slot[victim] = flat;
         s.slot_for_id[flat] = victim;
-        s.usage[victim] = u_new;
+        const bool probation = u_new == step && na <= k_probation_max_active &&
+                               slot_recent(s.usage[victim], step, s.window) &&
+                               thrash++ % k_promote_every != k_promote_every - 1;
+        n_probation += probation;
+        s.usage[victim] = probation ? probation_usage(step) : u_new;
       }
       claimed = victim;
     }
@@ -242,6 +250,8 @@ __device__ void ensure_block(const SlotEnsureArgs& a, const HybridSplitArgs& h, 
   if (tid == 0) {
     *a.n_fetch = n_got;
     count_up(s, SC_FETCHED, n_got + n_admit);  // experts copied over PCIe
+    s.counters[SC_THRASH] = thrash;
+    if (n_probation) count_up(s, SC_PROBATION, n_probation);
   }
   __syncthreads();
   if (tid < na) s.recency[base + active[tid]] = step;
