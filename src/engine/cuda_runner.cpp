@@ -309,6 +309,14 @@ std::unique_ptr<Runner> make_runner(const Model& model, EngineOptions& opt,
       bar->update(d);
     }));
     offload.slots = plan.expert_slots;
+    // Fewer slots than one token's experts: the cache keeps a fixed share of them on probation
+    // (experts/expert_cache.h) and every token fetches the rest, so decode runs far slower.
+    const int64_t per_token = shape.moe_layers * model.config().top_k;
+    if (plan.expert_slots < per_token)
+      FT_LOG_WARN("{} expert slots hold fewer than the {} experts one token routes through "
+                  "({} MoE layers x top-{}): decode fetches most of them every token; a smaller "
+                  "--kv-reserve-tokens or a larger --gpu-memory leaves more slots",
+                  plan.expert_slots, per_token, shape.moe_layers, model.config().top_k);
     if (choice.backend == MoeBackend::HYBRID) {
       offload.mode = MoeMode::HYBRID;
       if (choice.pcie_Bps > 0 && choice.cpu_Bps > 0) {
