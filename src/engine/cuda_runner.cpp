@@ -24,6 +24,7 @@ RunnerStats with_runtime(RunnerStats s, const CudaRuntimeStats& r) {
   s.misses = r.misses;
   s.fetched_experts = r.fetched_experts;
   s.cpu_experts = r.cpu_experts;
+  s.probation_fetches = r.probation;
   s.fetched_bytes = r.fetched_bytes;
   s.streamed_bytes = r.streamed_bytes;
   s.t_attention = r.t_attention;

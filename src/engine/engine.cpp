@@ -373,6 +373,8 @@ void Engine::log_stats() {
                         r.backend, hits + misses ? 100.0 * hits / (hits + misses) : 0.0,
                         (r.fetched_bytes - r0.fetched_bytes) / 1e6,
                         r.fetched_experts - r0.fetched_experts, r.cpu_experts - r0.cpu_experts);
+    if (r.probation_fetches > r0.probation_fetches)  // the slots hold less than a pass's experts
+      line += fmt::format("; {} fetches on probation", r.probation_fetches - r0.probation_fetches);
     if (split > 0)  // 0 where the GPU replays captured graphs (no host-side timing)
       line += fmt::format("; time attention {:.0f}% routing {:.0f}% hits {:.0f}% fetch {:.0f}% "
                           "cpu {:.0f}%",

@@ -62,6 +62,7 @@ struct RunnerStats {
   int64_t steps = 0;
   int64_t hits = 0, misses = 0;  // expert-cache lookups in decode
   int64_t fetched_experts = 0, cpu_experts = 0;
+  int64_t probation_fetches = 0;  // fetched on probation: a pass's experts outnumber the slots
   size_t fetched_bytes = 0, streamed_bytes = 0;
   // Seconds spent per part of the steps (GPU: wall time the host observed per phase).
   double t_attention = 0, t_routing = 0, t_hits = 0, t_fetch = 0, t_cpu = 0;

@@ -177,6 +177,7 @@ class TpRunner : public Runner {
       if (whole) {
         r.hits += o.hits, r.misses += o.misses;
         r.fetched_experts += o.fetched_experts, r.cpu_experts += o.cpu_experts;
+        r.probation += o.probation;
       }
       r.fetched_bytes += o.fetched_bytes, r.streamed_bytes += o.streamed_bytes;
     }

@@ -381,6 +381,7 @@ CudaRuntimeStats CudaTransformer::runtime_stats() const {
     const ExpertStoreStats e = store_->stats();
     // rt_ holds the counts of slot pools retired by resize_expert_slots.
     s.hits = rt_.hits + c.hits, s.misses = rt_.misses + c.misses;
+    s.probation = rt_.probation + c.probation;
     s.fetched_experts = rt_.fetched_experts + e.fetched_experts;
     s.fetched_bytes = rt_.fetched_bytes + e.fetched_bytes;
     s.streamed_bytes = rt_.streamed_bytes + e.streamed_bytes;

@@ -73,6 +73,7 @@ struct CudaSeqStep {
 // adds host-measured t_fetch (bookkeeping) and t_cpu (CPU expert time).
 struct CudaRuntimeStats {
   int64_t steps = 0, hits = 0, misses = 0, fetched_experts = 0, cpu_experts = 0;
+  int64_t probation = 0;  // fetches the slot cache inserted on probation (ExpertCache)
   size_t fetched_bytes = 0, streamed_bytes = 0;
   double t_attention = 0, t_routing = 0, t_hits = 0, t_fetch = 0, t_cpu = 0;
 };

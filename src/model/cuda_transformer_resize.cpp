@@ -42,7 +42,7 @@ void CudaTransformer::resize_expert_slots(int64_t slots) {
   auto retire = [&] {
     const ExpertCacheStats c = store_->cache_stats();
     const ExpertStoreStats e = store_->stats();
-    rt_.hits += c.hits, rt_.misses += c.misses;
+    rt_.hits += c.hits, rt_.misses += c.misses, rt_.probation += c.probation;
     rt_.fetched_experts += e.fetched_experts;
     rt_.fetched_bytes += e.fetched_bytes, rt_.streamed_bytes += e.streamed_bytes;
   };

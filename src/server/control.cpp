@@ -13,6 +13,7 @@ nlohmann::json moe_json(const RunnerStats& r) {
           {"misses", r.misses},
           {"hit_rate", r.hit_rate()},
           {"fetched_experts", r.fetched_experts},
+          {"probation_fetches", r.probation_fetches},
           {"fetched_bytes", r.fetched_bytes},
           {"streamed_bytes", r.streamed_bytes},
           {"cpu_experts", r.cpu_experts},
@@ -152,6 +153,9 @@ void register_control_routes(httplib::Server& http, ServerContext& ctx) {
            r.fetched_experts);
     metric("moe_fetched_bytes_total", "counter", "Bytes copied host to GPU in decode",
            r.fetched_bytes);
+    metric("moe_probation_fetches_total", "counter",
+           "Decode fetches inserted on probation (a pass's experts outnumber the slots)",
+           r.probation_fetches);
     metric("moe_streamed_bytes_total", "counter", "Bytes streamed host to GPU in prefill",
            r.streamed_bytes);
     metric("moe_cpu_experts_total", "counter", "Experts computed on the CPU (hybrid)",

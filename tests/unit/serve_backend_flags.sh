@@ -64,12 +64,14 @@ if [ $ok -eq 1 ]; then
       const ok = s.backend === "cpu" && s.device.startsWith("cpu") && s.steps_total > 0 &&
         m.hits === 0 && m.misses === 0 && m.hit_rate === 0 && m.fetched_bytes === 0 &&
         m.fetched_experts === 0 && m.cpu_experts === 0 && m.streamed_bytes === 0 &&
+        m.probation_fetches === 0 &&
         m.steps > 0 && t.attention === 0 && t.fetch === 0 && t.cpu === 0 &&
         s.memory.budget_bytes === 0 && s.memory.kv_tokens > 0;
       process.exit(ok ? 0 : 1);' "$stats"; then passes=$((passes+1)); else
     echo "FAIL stats: $stats"; fails=$((fails+1)); fi
   if [[ "$metrics" == *'ft_backend_info{backend="cpu"} 1'* && "$metrics" == *"ft_moe_expert_hit_rate 0"* &&
-        "$metrics" == *"ft_moe_fetched_bytes_total 0"* ]]; then passes=$((passes+1)); else
+        "$metrics" == *"ft_moe_fetched_bytes_total 0"* &&
+        "$metrics" == *"ft_moe_probation_fetches_total 0"* ]]; then passes=$((passes+1)); else
     echo "FAIL metrics: ${metrics:0:2000}"; fails=$((fails+1)); fi
 else
   echo "FAIL serve did not come up: $(cat /tmp/ft_sbf_log.$$)"; fails=$((fails+1))
