@@ -8,11 +8,10 @@
 // probation instead (bimodal insertion): protected for its own step, then the first victim,
 // so the next misses reuse its slot and the rest of the cache stays put and keeps hitting.
 // Every k_promote_every-th of them is inserted as most recently used, so the kept set follows
-// a shifting routing (base/slot_rank.h holds the rule, shared with the device). Steps of more
-// than k_probation_max_active distinct experts (extends, prefill through the cache) insert as
-// LRU does. A probationary expert that hits becomes an ordinary one. When a pass's
-// experts fit (slots > window * ids per step) the victim is always older than the window and
-// the policy is plain LRU.
+// a shifting routing, and a probationary expert that hits becomes an ordinary one. Steps of
+// more than k_probation_max_active distinct experts (extends, prefill through the cache)
+// insert as LRU does, and when a pass's experts fit (slots > window * ids per step) the victim
+// is never recent: plain LRU. base/slot_rank.h holds the rule, shared with the device.
 #pragma once
 #include <cstdint>
 #include <span>
