@@ -15,7 +15,8 @@ constexpr int64_t k_promote_every = 32;
 // step of more distinct experts (an extend or a prefill through the cache: up to 128 at
 // Qwen3's 16 tokens x top-8) touches mostly one-off experts, and keeping the pass's first
 // layers instead of its last would cost the decode that follows its warm cache: such a step
-// inserts as LRU does.
+// inserts as LRU does, and a slot last used at or before it is no sign of cycling either
+// (`after`: the last such step), so the decode right after a long pass is plain LRU too.
 constexpr int64_t k_probation_max_active = 32;
 
 constexpr int64_t probation_usage(int64_t step) { return -(step + 2); }
@@ -30,9 +31,11 @@ constexpr bool slot_evictable(int64_t usage, int64_t step) {
 // recently used.
 constexpr int64_t slot_rank(int64_t usage) { return usage == 0 ? 0 : usage < 0 ? 1 : usage + 1; }
 
-// A victim on probation or used within the last `window` steps: LRU is cycling.
-constexpr bool slot_recent(int64_t usage, int64_t step, int64_t window) {
-  return usage < -1 || (usage > 0 && usage > step - window);
+// A victim used (or put on probation) within the last `window` steps and after step `after`:
+// LRU is cycling.
+constexpr bool slot_recent(int64_t usage, int64_t step, int64_t window, int64_t after) {
+  const int64_t used = usage < -1 ? -(usage + 2) : usage;
+  return usage != 0 && usage != -1 && used > step - window && used > after;
 }
 
 }  // namespace ft

@@ -38,6 +38,7 @@ void ExpertCache::drop_slots(int64_t end) {
 EnsurePlan ExpertCache::ensure(int64_t layer, std::span<const int32_t> active, int64_t max_fetch) {
   FT_CHECK(layer >= 0 && layer < n_layers_, "layer {}", layer);
   ++step_;
+  if (std::ssize(active) > k_probation_max_active) last_large_ = step_;  // no probation now
   EnsurePlan plan;
   plan.slot_of.assign(active.size(), -1);
   const int64_t base = layer * n_experts_;
@@ -87,8 +88,7 @@ EnsurePlan ExpertCache::ensure(int64_t layer, std::span<const int32_t> active, i
     id_of_slot_[victim] = static_cast<int32_t>(base + active[i]);
     slot_for_id_[base + active[i]] = victim;
     // A recent victim (probationary, or used within the window): LRU is cycling.
-    const bool probation = std::ssize(active) <= k_probation_max_active &&
-                           slot_recent(usage_[victim], step_, window_) &&
+    const bool probation = slot_recent(usage_[victim], step_, window_, last_large_) &&
                            thrash_++ % k_promote_every != k_promote_every - 1;
     stats_.probation += probation;
     usage_[victim] = probation ? probation_usage(step_) : step_;

@@ -10,8 +10,9 @@
 // Every k_promote_every-th of them is inserted as most recently used, so the kept set follows
 // a shifting routing, and a probationary expert that hits becomes an ordinary one. Steps of
 // more than k_probation_max_active distinct experts (extends, prefill through the cache)
-// insert as LRU does, and when a pass's experts fit (slots > window * ids per step) the victim
-// is never recent: plain LRU. base/slot_rank.h holds the rule, shared with the device.
+// insert as LRU does, and slots last used at or before such a step count as old; when a pass's
+// experts fit (slots > window * ids per step) the victim is never recent: plain LRU.
+// base/slot_rank.h holds the rule, shared with the device.
 #pragma once
 #include <cstdint>
 #include <span>
@@ -65,6 +66,7 @@ class ExpertCache {
   std::vector<int64_t> usage_;        // [slots] last step used (0 = never; < 0 probation)
   std::vector<int64_t> recency_;      // [n_layers * n_experts] last step active
   int64_t step_ = 0, thrash_ = 0;  // thrash_: victims found recent, ever
+  int64_t last_large_ = 0;         // the last step of more than k_probation_max_active experts
   ExpertCacheStats stats_;
 };
 

@@ -241,14 +241,16 @@ TEST(ExpertCache, ProbationFollowsAShiftingRouting) {
 }
 
 // Steps of more than k_probation_max_active distinct experts (an extend through the cache)
-// insert as plain LRU does even when the pass does not fit, so the decode after it finds the
-// pass's last layers cached.
+// insert as plain LRU does even when the pass does not fit, and the decode steps after them
+// (whose pass fits) find every slot used within the window but no sign of cycling: plain LRU
+// throughout, so the decode keeps the long pass's last layers.
 TEST(ExpertCache, LargeStepsInsertAsLru) {
-  const int64_t L = 8, E = 64, S = 100, n = k_probation_max_active + 8;  // 320 a pass
+  const int64_t L = 8, E = 64, S = 100;  // a long pass: 8 x 40 experts; a decode pass: 8 x 8
   ExpertCache c(L, E, S);
   PlainLru ref(L, E, S);
   std::mt19937 rng(13);
-  for (int step = 0; step < 400; ++step) {
+  for (int step = 0; step < 1200; ++step) {
+    const int64_t n = step % 400 < 16 ? k_probation_max_active + 8 : 8;  // 2 long passes a 400
     std::vector<int32_t> all(E);
     for (int32_t e = 0; e < E; ++e) all[e] = e;
     std::shuffle(all.begin(), all.end(), rng);
@@ -257,7 +259,6 @@ TEST(ExpertCache, LargeStepsInsertAsLru) {
   }
   EXPECT_EQ(c.stats().probation, 0);
 }
-
 
 TEST(HybridSplit, BalancesFetchAgainstCpu) {
   EXPECT_EQ(hybrid_fetch_count(0, 0.5), 0);

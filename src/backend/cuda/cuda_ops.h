@@ -538,7 +538,8 @@ struct SlotCacheState {
   int64_t window;  // steps of one pass (its MoE layers): ExpertCache's thrash window
 };
 // The step, the lookup / hit / miss / eviction / fetch counts, the victims found recent (the
-// promotion turn) and the fetches inserted on probation.
+// promotion turn), the fetches inserted on probation and the last step of more than
+// k_probation_max_active experts.
 enum SlotCounter {
   SC_STEP,
   SC_LOOKUPS,
@@ -547,9 +548,10 @@ enum SlotCounter {
   SC_EVICTIONS,
   SC_FETCHED,
   SC_THRASH,
-  SC_PROBATION
+  SC_PROBATION,
+  SC_LAST_LARGE
 };
-constexpr int k_slot_counters = 8;
+constexpr int k_slot_counters = 9;
 
 // Ids one slot_cache_ensure takes at most (its fetch and admission lists hold as many).
 constexpr int64_t k_slot_max_ids = 256;

@@ -86,7 +86,7 @@ __device__ void ensure_block(const SlotEnsureArgs& a, const HybridSplitArgs& h, 
   __shared__ int32_t cpu[HYBRID ? k_max_ids : 1];
   __shared__ long long rec[k_max_ids];
   __shared__ int n_active, n_miss, n_fetch, n_got, n_admit, n_probation;
-  __shared__ long long thrash;  // SC_THRASH, counted on by thread 0
+  __shared__ long long thrash, last_large;  // SC_THRASH (counted on), SC_LAST_LARGE
   __shared__ int32_t claimed;
   __shared__ bool go;
   __shared__ unsigned long long partial[THREADS / 32];
@@ -169,7 +169,8 @@ __device__ void ensure_block(const SlotEnsureArgs& a, const HybridSplitArgs& h, 
     n_miss = nm;
     n_fetch = nf;
     n_got = 0, n_admit = 0, n_probation = 0;
-    thrash = s.counters[SC_THRASH];
+    thrash = s.counters[SC_THRASH], last_large = s.counters[SC_LAST_LARGE];
+    if (na > k_probation_max_active) last_large = step, s.counters[SC_LAST_LARGE] = step;
     count_up(s, SC_LOOKUPS, na), count_up(s, SC_HITS, na - nm), count_up(s, SC_MISSES, nm);
   }
   __syncthreads();
@@ -201,8 +202,8 @@ __device__ void ensure_block(const SlotEnsureArgs& a, const HybridSplitArgs& h, 
         const int32_t flat = static_cast<int32_t>(base + active[i]);
         s.id_of_slot[victim] = flat;
         s.slot_for_id[flat] = victim;
-        const bool probation = u_new == step && na <= k_probation_max_active &&
-                               slot_recent(s.usage[victim], step, s.window) &&
+        const bool probation = u_new == step &&
+                               slot_recent(s.usage[victim], step, s.window, last_large) &&
                                thrash++ % k_promote_every != k_promote_every - 1;
         n_probation += probation;
         s.usage[victim] = probation ? probation_usage(step) : u_new;
