@@ -87,7 +87,8 @@ EnsurePlan ExpertCache::ensure(int64_t layer, std::span<const int32_t> active, i
     }
     id_of_slot_[victim] = static_cast<int32_t>(base + active[i]);
     slot_for_id_[base + active[i]] = victim;
-    // A recent victim (probationary, or used within the window): LRU is cycling.
+    // A recent victim (used or put on probation within the window, after the last large
+    // step): LRU is cycling.
     const bool probation = slot_recent(usage_[victim], step_, window_, last_large_) &&
                            thrash_++ % k_promote_every != k_promote_every - 1;
     stats_.probation += probation;
