@@ -179,7 +179,7 @@ struct Row {
   // Per prompt: tok/s (< 0: KV does not fit), bound (0: all resident), streamed GB.
   std::vector<double> prefill_tps, prefill_bound, prefill_gb;
   // The next turn: decode tok/s right after the last prefill; per extend its ms and PCIe GB.
-  double turn_tps = 0;
+  double turn_tps = 0, turn_bound = 0, turn_hit_rate = 0, turn_fetched_mb = 0;
   std::vector<double> extend_ms, extend_gb;
 };
 
@@ -258,17 +258,22 @@ Row run_budget(const OffloadBenchOptions& o, const Model& model, const HostExper
   row.split_ms[3] = (s1.t_fetch - s0.t_fetch) * per;
   // Bytes one decode token reads from VRAM: attention and router of every layer, top_k experts
   // per MoE layer, the lm_head (bf16 matrices), and every layer's K and V rows at the measured
-  // steps' mean KV length.
+  // steps' mean KV length; the bound adds the misses' bytes over their wire.
   const double attn = 2.0 * (2 * c.q_dim() * c.hidden + 2 * c.kv_dim() * c.hidden);
-  const double kv_len = static_cast<double>(o.decode_prompt + o.warmup) + (o.decode + 1) / 2.0;
-  const double kv_bytes =
-      c.n_layers * 2.0 * c.kv_dim() * kv_len * (o.kv_dtype == DType::BF16 ? 2.0 : 4.0);
-  const double vram_bytes = c.n_layers * (attn + 2.0 * c.n_experts * c.hidden) +
-                            host.moe_layers * c.top_k * double(host.expert_bytes()) +
-                            2.0 * c.vocab_size * c.hidden + kv_bytes;
-  const double miss_s = mode == MoeMode::HYBRID ? std::max(fetched / b_pcie, cpu_bytes / b_cpu)
-                                                : fetched / b_pcie;
-  row.decode_bound = 1.0 / (vram_bytes / b_vram + miss_s);
+  auto bound = [&](double kv_len, double fetched_b, double cpu_b) {
+    const double kv_bytes =
+        c.n_layers * 2.0 * c.kv_dim() * kv_len * (o.kv_dtype == DType::BF16 ? 2.0 : 4.0);
+    const double vram_bytes = c.n_layers * (attn + 2.0 * c.n_experts * c.hidden) +
+                              host.moe_layers * c.top_k * double(host.expert_bytes()) +
+                              2.0 * c.vocab_size * c.hidden + kv_bytes;
+    const double miss_s = mode == MoeMode::HYBRID
+                              ? std::max(fetched_b / b_pcie, cpu_b / b_cpu)
+                              : fetched_b / b_pcie;
+    return 1.0 / (vram_bytes / b_vram + miss_s);
+  };
+  row.decode_bound =
+      bound(static_cast<double>(o.decode_prompt + o.warmup) + (o.decode + 1) / 2.0, fetched,
+            cpu_bytes);
   // Prefill: fresh prompts at position 0 (the KV cache is overwritten). With experts streamed,
   // compute and copy overlap, so the rate is also capped by the all-resident rate.
   const double pool = static_cast<double>(all) * host.expert_bytes();
@@ -302,9 +307,19 @@ Row run_budget(const OffloadBenchOptions& o, const Model& model, const HostExper
   // one decode step (as an agent's tool result and the model's answer).
   if (!decode_only && !o.prompts.empty() && o.prompts.back() <= fit) {
     next = argmax(logits.data(), static_cast<int64_t>(logits.size()));
+    const CudaRuntimeStats u0 = tf.runtime_stats();
+    const double kv_len = static_cast<double>(pos) + (o.decode + 1) / 2.0;
     Timer tt;
     for (int64_t i = 0; i < o.decode; ++i, ++pos) next = greedy_step(tf, next, pos, logits);
     row.turn_tps = o.decode / tt.seconds();
+    const CudaRuntimeStats u1 = tf.runtime_stats();
+    const int64_t turn_lookups = (u1.hits - u0.hits) + (u1.misses - u0.misses);
+    row.turn_hit_rate = tf.expert_store()->all_resident() ? 1.0
+                        : turn_lookups > 0
+                            ? static_cast<double>(u1.hits - u0.hits) / turn_lookups
+                            : 0.0;
+    row.turn_fetched_mb = static_cast<double>(u1.fetched_bytes - u0.fetched_bytes) / o.decode / 1e6;
+    row.turn_bound = bound(kv_len, row.turn_fetched_mb * 1e6, 0.0);
     for (int64_t e : o.extends) {
       const auto ids = random_ids(e);
       const CudaRuntimeStats a = tf.runtime_stats();
@@ -360,15 +375,17 @@ std::string table(const OffloadBenchOptions& o, const std::vector<Row>& rows, in
                          r.prefill_tps[i]);
     }
   }
-  s += "\n| budget | decode tok/s (steady) | decode tok/s right after a prefill | extends: tokens "
-       "ms (PCIe GB, bound ms) |\n|---|---|---|---|\n";
+  s += "\n| budget | decode tok/s (steady) | decode tok/s right after a prefill (bound, ratio, "
+       "hit rate, fetched MB/token) | extends: tokens ms (PCIe GB, bound ms) |\n|---|---|---|---|\n";
   for (const Row& r : rows) {
     if (!r.refused.empty() || r.turn_tps <= 0) continue;
     std::string ext;
     for (size_t i = 0; i < r.extend_ms.size(); ++i)
       ext += fmt::format("{}{}: {:.1f} ms ({:.2f} GB, {:.1f})", i ? "; " : "", o.extends[i],
                          r.extend_ms[i], r.extend_gb[i], r.extend_gb[i] / b_pcie * 1e12);
-    s += fmt::format("| {} | {:.2f} | {:.2f} | {} |\n", r.budget, r.decode_tps, r.turn_tps, ext);
+    s += fmt::format("| {} | {:.2f} | {:.2f} ({:.2f}, {:.0f}%, {:.1f}%, {:.1f}) | {} |\n", r.budget,
+                     r.decode_tps, r.turn_tps, r.turn_bound, 100 * r.turn_tps / r.turn_bound,
+                     100 * r.turn_hit_rate, r.turn_fetched_mb, ext);
   }
   return s;
 }
