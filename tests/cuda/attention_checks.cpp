@@ -159,10 +159,12 @@ std::string check_flash_all() {
 // positions, per-token pos/seq), split (at most 4 chunks of k_attention_split_keys keys, longer
 // past 4 of them) and not, launched twice (the counters reset), then captured in a graph and
 // replayed at other lengths.
-std::string check_decode(bool window_sinks, bool gqa) {
+// `heads` q heads over 2 kv heads (16: groups of 8, the GQA kernel's packed hi / lo rows; 24:
+// groups of 12, the two MMAs apart).
+std::string check_decode(bool window_sinks, bool gqa, int64_t heads = 16) {
   ThreadPool pool(pool_threads(), false);
   cuda::set_attention_gqa(gqa);  // the tensor-core kernel per kv head, or a block per q head
-  const int64_t heads = 16, kv_heads = 2, hd = 128, cap = 5120, kvd = kv_heads * hd, S = 3;
+  const int64_t kv_heads = 2, hd = 128, cap = 5120, kvd = kv_heads * hd, S = 3;
   const int64_t window = window_sinks ? 600 : 0;
   const auto kc = round_bf16(randv(S * cap * kvd, 11, 1.5f));
   const auto vc = round_bf16(randv(S * cap * kvd, 12));
@@ -210,7 +212,8 @@ std::string check_decode(bool window_sinks, bool gqa) {
   };
   std::string err;
   const std::string tag =
-      fmt::format("{} decode{}", gqa ? "gqa" : "per-head", window_sinks ? " (window, sinks)" : "");
+      fmt::format("{} decode {} heads{}", gqa ? "gqa" : "per-head", heads,
+                  window_sinks ? " (window, sinks)" : "");
   std::vector<int32_t> pos = {0, 699, 4999};
   dpos.upload(pos.data(), pos.size() * sizeof(int32_t));
   const auto ref = expected(pos);
@@ -241,10 +244,18 @@ std::string check_decode(bool window_sinks, bool gqa) {
 }
 
 // check_decode, then the default kernel choice back.
-std::string decode_with(bool window_sinks, bool gqa) {
-  std::string err = check_decode(window_sinks, gqa);
+std::string decode_with(bool window_sinks, bool gqa, int64_t heads = 16) {
+  std::string err = check_decode(window_sinks, gqa, heads);
   cuda::set_attention_gqa(true);
   return err;
+}
+
+// The GQA kernel's unpacked hi / lo MMAs: groups of 8 with packing off, and groups of 12.
+std::string decode_gqa_unpacked() {
+  cuda::set_attention_gqa_pack(false);
+  std::string err = decode_with(false, true) + decode_with(true, true);
+  cuda::set_attention_gqa_pack(true);
+  return err + decode_with(false, true, 24) + decode_with(true, true, 24);
 }
 
 // qk_rope_store into bf16 caches == the f32 store rounded to bf16.
@@ -330,6 +341,7 @@ std::vector<Check> attention_checks() {
       {"attention/decode_bf16_window_sinks", [] { return decode_with(true, false); }},
       {"attention/decode_gqa_split", [] { return decode_with(false, true); }},
       {"attention/decode_gqa_window_sinks", [] { return decode_with(true, true); }},
+      {"attention/decode_gqa_unpacked", decode_gqa_unpacked},
       {"attention/qk_rope_store_bf16", check_store_bf16},
       // A consumer GPU's 99 KiB a block: flash prefill with half-length tiles at head_dim
       // 128 / 256, GQA decode (head_dim 128) in 4-warp blocks.

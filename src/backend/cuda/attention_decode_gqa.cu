@@ -6,7 +6,8 @@
 // of bytes). 8 warps (4 at head_dim 256); K/V tiles of 16 keys per warp in flight in shared
 // memory by cp.async (k_stages, loaded L2 evict-first), each warp with its own online softmax
 // (S = Q K^T and O += P V as in attention_flash.cu, Q and P as bf16 hi + lo, f32
-// accumulation), the warps merged through shared memory, the chunks through the split
+// accumulation; groups of at most 8 heads put the lo parts in the tile's rows 8-15, one MMA
+// for both), the warps merged through shared memory, the chunks through the split
 // workspace as attention_decode.cu does (the last block of a (token, kv head) merges its G
 // rows). The same chunk plan (one wave), PDL prologue and L2 prefetches as that kernel, with
 // the K/V prefetch capped for the whole launch (split.prefetch_bytes).
@@ -66,7 +67,10 @@ static_assert(smem_bytes<128, 8>() <= 227 * 1024 && smem_bytes<256, 4>() <= 227 
 // (Within sm_90's 227 KiB; smaller GPUs are checked at run time: fits.)
 
 // ---- kernels
-template <int HD, int W, bool ROPE>
+// PACK (groups of at most 8 heads): Q's hi parts are rows 0-7 of the MMA tile and its lo parts
+// rows 8-15 (P's likewise in O += P V), so one MMA does what the hi and lo MMAs of a 16-row
+// tile of G <= 8 real rows did; each thread sums its rows gid and gid + 8.
+template <int HD, int W, bool ROPE, bool PACK>
 __global__ void __launch_bounds__(32 * W) gqa_kernel(const __grid_constant__ AttentionArgs a) {
   constexpr int k_warps = W, k_tile = 16 * W;  // keys per K/V tile
   constexpr int P = pitch<HD>(), DT = HD / 8, DPL = HD / 32, C = (DPL + 1) / 2, S = k_stages;
@@ -154,7 +158,7 @@ __global__ void __launch_bounds__(32 * W) gqa_kernel(const __grid_constant__ Att
   auto put_q = [&](int64_t r, int64_t d, float x) {
     const bf16 h = __float2bfloat16_rn(x);
     qs[r * P + d] = h;
-    ql[r * P + d] = __float2bfloat16_rn(x - __bfloat162float(h));
+    (PACK ? qs + 8 * P : ql)[r * P + d] = __float2bfloat16_rn(x - __bfloat162float(h));
   };
   if constexpr (ROPE) {
     float val[TASKS][DPL], vv[TASKS][DPL];
@@ -209,8 +213,15 @@ __global__ void __launch_bounds__(32 * W) gqa_kernel(const __grid_constant__ Att
       put_q(r, c, v.x), put_q(r, c + 1, v.y), put_q(r, c + 2, v.z), put_q(r, c + 3, v.w);
     }
   }
-  for (int i = static_cast<int>(G) * HD + tid; i < k_rows * HD; i += 32 * k_warps)
-    qs[i / HD * P + i % HD] = ql[i / HD * P + i % HD] = __float2bfloat16_rn(0.f);
+  if constexpr (PACK) {  // rows G .. 7 and 8 + G .. 15
+    for (int i = tid; i < 2 * (8 - static_cast<int>(G)) * HD; i += 32 * k_warps) {
+      const int h = i / ((8 - static_cast<int>(G)) * HD), j = i % ((8 - static_cast<int>(G)) * HD);
+      qs[(8 * h + static_cast<int>(G) + j / HD) * P + j % HD] = __float2bfloat16_rn(0.f);
+    }
+  } else {
+    for (int i = static_cast<int>(G) * HD + tid; i < k_rows * HD; i += 32 * k_warps)
+      qs[i / HD * P + i % HD] = ql[i / HD * P + i % HD] = __float2bfloat16_rn(0.f);
+  }
 
   const float sl = a.scale * k_log2e;  // scores in log2 units
   float o[DT][4];
@@ -244,14 +255,19 @@ __global__ void __launch_bounds__(32 * W) gqa_kernel(const __grid_constant__ Att
         uint32_t qa[4], qb[4], kb[4];
         const int q_off = (lane & 15) * P + k0 + (lane >> 4) * 8;
         ldsm_x4(qa, smem_u32(qs + q_off));
-        ldsm_x4(qb, smem_u32(ql + q_off));
+        if constexpr (!PACK) ldsm_x4(qb, smem_u32(ql + q_off));
         ldsm_x4(kb, smem_u32(kst + (warp * 16 + (lane & 7) + (lane >> 4) * 8) * P + k0 +
                              ((lane >> 3) & 1) * 8));
-        mma(s[0], qb, kb[0], kb[1]);
-        mma(s[1], qb, kb[2], kb[3]);
+        if constexpr (!PACK) {
+          mma(s[0], qb, kb[0], kb[1]);
+          mma(s[1], qb, kb[2], kb[3]);
+        }
         mma(s[0], qa, kb[0], kb[1]);
         mma(s[1], qa, kb[2], kb[3]);
       }
+      if constexpr (PACK)  // row gid's score: its hi part plus its lo part (row gid + 8)
+#pragma unroll
+        for (int j = 0; j < 2; ++j) s[j][0] += s[j][2], s[j][1] += s[j][3];
       // Scale, mask keys past the chunk, online softmax, O += P V.
 #pragma unroll
       for (int j = 0; j < 2; ++j)
@@ -260,8 +276,14 @@ __global__ void __launch_bounds__(32 * W) gqa_kernel(const __grid_constant__ Att
           const int64_t key = kw + j * 8 + 2 * tig + (e & 1);
           s[j][e] = key < c1 ? s[j][e] * sl : -INFINITY;
         }
+      if constexpr (PACK)  // rows gid + 8 follow row gid (same max, so o's halves scale alike)
+#pragma unroll
+        for (int j = 0; j < 2; ++j) s[j][2] = s[j][0], s[j][3] = s[j][1];
       online_softmax(s, m_a, m_b, l_a, l_b, o);
-      mma_pv16<HD, P>(o, s[0], s[1], vst + warp * 16 * P);
+      if constexpr (PACK)
+        mma_pv16_packed<HD, P>(o, s[0], s[1], vst + warp * 16 * P);
+      else
+        mma_pv16<HD, P>(o, s[0], s[1], vst + warp * 16 * P);
     }
     __syncthreads();  // this stage is consumed before the next iteration refills it
   }
@@ -271,6 +293,9 @@ __global__ void __launch_bounds__(32 * W) gqa_kernel(const __grid_constant__ Att
     l_a += __shfl_xor_sync(0xffffffffu, l_a, o2);
     l_b += __shfl_xor_sync(0xffffffffu, l_b, o2);
   }
+  if constexpr (PACK)  // o's P_lo V half (rows gid + 8) into row gid
+#pragma unroll
+    for (int j = 0; j < DT; ++j) o[j][0] += o[j][2], o[j][1] += o[j][3];
   float* s_o = reinterpret_cast<float*>(ks);  // [k_warps][k_rows][HD]
   float* s_ml = s_o + k_warps * k_rows * HD;  // [k_warps][k_rows][max, sum]
   const int ra = warp * k_rows + gid, rb = ra + 8;
@@ -374,9 +399,20 @@ __global__ void __launch_bounds__(32 * W) gqa_kernel(const __grid_constant__ Att
   }
 }
 
+// FT_ATTN_GQA_PACK=0: the hi and lo MMAs apart for groups of <= 8 heads too (A/B runs), until
+// set_attention_gqa_pack(true).
+std::atomic<bool>& pack_on() {
+  static std::atomic<bool> on{env_on("FT_ATTN_GQA_PACK")};
+  return on;
+}
+
 template <int HD, int W>
 void launch_warps(const AttentionArgs& a) {
-  const auto kernel = a.rope.k ? gqa_kernel<HD, W, true> : gqa_kernel<HD, W, false>;
+  const bool pack = pack_on().load() && a.n_heads / a.n_kv_heads <= 8;
+  const auto kernel = a.rope.k ? (pack ? gqa_kernel<HD, W, true, true>
+                                       : gqa_kernel<HD, W, true, false>)
+                               : (pack ? gqa_kernel<HD, W, false, true>
+                                       : gqa_kernel<HD, W, false, false>);
   constexpr size_t smem = smem_bytes<HD, W>();
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   static_cast<int>(smem)));
@@ -410,7 +446,7 @@ bool fits() {
     return false;
   } else {
     // The fused-rope variant: more static shared memory.
-    return smem_fits(gqa_kernel<HD, W, true>, smem_bytes<HD, W>());
+    return smem_fits(gqa_kernel<HD, W, true, false>, smem_bytes<HD, W>());
   }
 }
 
@@ -443,6 +479,7 @@ std::atomic<bool>& gqa_on() {  // FT_ATTN_GQA=0: off until set_attention_gqa(tru
 }  // namespace
 
 void set_attention_gqa(bool on) { gqa_on().store(on); }
+void set_attention_gqa_pack(bool on) { pack_on().store(on); }
 
 bool attention_decode_gqa_supported(const AttentionArgs& a) {
   const int64_t G = a.n_heads / a.n_kv_heads, hd = a.head_dim;

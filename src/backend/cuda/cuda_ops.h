@@ -712,6 +712,10 @@ void attention_decode(const AttentionArgs& a);
 bool attention_decode_gqa_supported(const AttentionArgs& a);
 void attention_decode_gqa(const AttentionArgs& a);
 void set_attention_gqa(bool on);
+// Groups of at most 8 q heads run one MMA for Q's (and P's) bf16 hi and lo parts, packed as
+// rows 0-7 and 8-15 of the tile; set_attention_gqa_pack(false) (or FT_ATTN_GQA_PACK=0) runs
+// the two MMAs apart as larger groups do.
+void set_attention_gqa_pack(bool on);
 // The per-block shared memory the launchers plan with, lowered to `bytes` (0: the device's own;
 // FT_CUDA_SMEM_LIMIT sets it at start-up): a large GPU then takes the tiles and kernels a
 // consumer GPU (99 KiB a block) would. Graphs keep the kernels they were captured with.

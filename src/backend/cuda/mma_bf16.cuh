@@ -127,4 +127,25 @@ __device__ __forceinline__ void mma_pv16(float (&o)[HD / 8][4], const float (&s0
   }
 }
 
+// mma_pv16 for a tile whose rows 8-15 are rows 0-7's low parts (the GQA decode kernel's
+// packed layout, groups of at most 8 heads): the A operand takes P's hi as row gid and its lo
+// as row gid + 8, so one MMA per 8 columns adds P_hi V into o rows 0-7 and P_lo V into rows
+// 8-15 (the caller sums the halves at the end). Only s0 / s1's row-gid values are read.
+template <int HD, int PITCH>
+__device__ __forceinline__ void mma_pv16_packed(float (&o)[HD / 8][4], const float (&s0)[4],
+                                                const float (&s1)[4], const __nv_bfloat16* v) {
+  const int lane = threadIdx.x & 31;
+  uint32_t p[4];
+  split_bf16(s0[0], s0[1], p[0], p[1]);
+  split_bf16(s1[0], s1[1], p[2], p[3]);
+  const __nv_bfloat16* row = v + ((lane & 7) + ((lane >> 3) & 1) * 8) * PITCH + (lane >> 4) * 8;
+#pragma unroll
+  for (int n0 = 0; n0 < HD; n0 += 16) {
+    uint32_t vb[4];
+    ldsm_x4_t(vb, smem_u32(row + n0));
+    mma(o[n0 / 8], p, vb[0], vb[1]);
+    mma(o[n0 / 8 + 1], p, vb[2], vb[3]);
+  }
+}
+
 }  // namespace ft::cuda
