@@ -103,28 +103,36 @@ __device__ __forceinline__ void online_softmax(float (&s)[NT][4], float& m_a, fl
   for (int j = 0; j < DT; ++j) o[j][0] *= c_a, o[j][1] *= c_a, o[j][2] *= c_b, o[j][3] *= c_b;
 }
 
-// o += P V over 16 keys: P is the probabilities of two accumulator tiles (keys 0-7 and 8-15;
-// the accumulator layout of S is the A operand layout of P) as bf16 hi + lo, V the keys' 16
-// rows at v in shared memory (PITCH elements apart), HD wide.
-template <int HD, int PITCH>
-__device__ __forceinline__ void mma_pv16(float (&o)[HD / 8][4], const float (&s0)[4],
-                                         const float (&s1)[4], const __nv_bfloat16* v) {
+// o += A V for each of the NA A operands in turn (16 rows x 16 keys each), V the keys' 16 rows
+// at v in shared memory (PITCH elements apart), HD wide.
+template <int HD, int PITCH, int NA>
+__device__ __forceinline__ void mma_av16(float (&o)[HD / 8][4], const uint32_t (&a)[NA][4],
+                                         const __nv_bfloat16* v) {
   const int lane = threadIdx.x & 31;
-  uint32_t ph[4], pl[4];
-  split_bf16(s0[0], s0[1], ph[0], pl[0]);
-  split_bf16(s0[2], s0[3], ph[1], pl[1]);
-  split_bf16(s1[0], s1[1], ph[2], pl[2]);
-  split_bf16(s1[2], s1[3], ph[3], pl[3]);
   const __nv_bfloat16* row = v + ((lane & 7) + ((lane >> 3) & 1) * 8) * PITCH + (lane >> 4) * 8;
 #pragma unroll
   for (int n0 = 0; n0 < HD; n0 += 16) {
     uint32_t vb[4];
     ldsm_x4_t(vb, smem_u32(row + n0));
-    mma(o[n0 / 8], pl, vb[0], vb[1]);
-    mma(o[n0 / 8 + 1], pl, vb[2], vb[3]);
-    mma(o[n0 / 8], ph, vb[0], vb[1]);
-    mma(o[n0 / 8 + 1], ph, vb[2], vb[3]);
+#pragma unroll
+    for (int i = 0; i < NA; ++i) {
+      mma(o[n0 / 8], a[i], vb[0], vb[1]);
+      mma(o[n0 / 8 + 1], a[i], vb[2], vb[3]);
+    }
   }
+}
+
+// o += P V over 16 keys: P is the probabilities of two accumulator tiles (keys 0-7 and 8-15;
+// the accumulator layout of S is the A operand layout of P) as bf16 lo, then hi.
+template <int HD, int PITCH>
+__device__ __forceinline__ void mma_pv16(float (&o)[HD / 8][4], const float (&s0)[4],
+                                         const float (&s1)[4], const __nv_bfloat16* v) {
+  uint32_t p[2][4];  // lo, hi
+  split_bf16(s0[0], s0[1], p[1][0], p[0][0]);
+  split_bf16(s0[2], s0[3], p[1][1], p[0][1]);
+  split_bf16(s1[0], s1[1], p[1][2], p[0][2]);
+  split_bf16(s1[2], s1[3], p[1][3], p[0][3]);
+  mma_av16<HD, PITCH, 2>(o, p, v);
 }
 
 // mma_pv16 for a tile whose rows 8-15 are rows 0-7's low parts (the GQA decode kernel's
@@ -134,18 +142,10 @@ __device__ __forceinline__ void mma_pv16(float (&o)[HD / 8][4], const float (&s0
 template <int HD, int PITCH>
 __device__ __forceinline__ void mma_pv16_packed(float (&o)[HD / 8][4], const float (&s0)[4],
                                                 const float (&s1)[4], const __nv_bfloat16* v) {
-  const int lane = threadIdx.x & 31;
-  uint32_t p[4];
-  split_bf16(s0[0], s0[1], p[0], p[1]);
-  split_bf16(s1[0], s1[1], p[2], p[3]);
-  const __nv_bfloat16* row = v + ((lane & 7) + ((lane >> 3) & 1) * 8) * PITCH + (lane >> 4) * 8;
-#pragma unroll
-  for (int n0 = 0; n0 < HD; n0 += 16) {
-    uint32_t vb[4];
-    ldsm_x4_t(vb, smem_u32(row + n0));
-    mma(o[n0 / 8], p, vb[0], vb[1]);
-    mma(o[n0 / 8 + 1], p, vb[2], vb[3]);
-  }
+  uint32_t p[1][4];
+  split_bf16(s0[0], s0[1], p[0][0], p[0][1]);
+  split_bf16(s1[0], s1[1], p[0][2], p[0][3]);
+  mma_av16<HD, PITCH, 1>(o, p, v);
 }
 
 }  // namespace ft::cuda
