@@ -38,4 +38,14 @@ constexpr bool slot_recent(int64_t usage, int64_t step, int64_t window, int64_t 
   return usage != 0 && usage != -1 && used > step - window && used > after;
 }
 
+// Whether a fetch whose victim slot had `usage` goes in on probation: the victim is recent,
+// and this is not every k_promote_every-th such fetch (`thrash` counts them; T: the host's
+// int64_t or the device's shared long long).
+template <class T>
+constexpr bool insert_on_probation(int64_t usage, int64_t step, int64_t window, int64_t after,
+                                   T& thrash) {
+  return slot_recent(usage, step, window, after) &&
+         thrash++ % k_promote_every != k_promote_every - 1;
+}
+
 }  // namespace ft

@@ -241,14 +241,21 @@ Row run_budget(const OffloadBenchOptions& o, const Model& model, const HostExper
   for (int64_t i = 0; i < o.decode; ++i, ++pos) next = greedy_step(tf, next, pos, logits);
   const double decode_s = t.seconds();
   const CudaRuntimeStats s1 = tf.runtime_stats();
-  const double fetched = static_cast<double>(s1.fetched_bytes - s0.fetched_bytes) / o.decode;
+  // Between two stats: the hit rate and the bytes fetched per decode step.
+  auto hit_rate = [&](const CudaRuntimeStats& a, const CudaRuntimeStats& b) {
+    const int64_t lookups = (b.hits - a.hits) + (b.misses - a.misses);
+    return tf.expert_store()->all_resident() ? 1.0
+           : lookups > 0                     ? static_cast<double>(b.hits - a.hits) / lookups
+                                             : 0.0;
+  };
+  auto fetched_per_step = [&](const CudaRuntimeStats& a, const CudaRuntimeStats& b) {
+    return static_cast<double>(b.fetched_bytes - a.fetched_bytes) / o.decode;
+  };
+  const double fetched = fetched_per_step(s0, s1);
   const double cpu_bytes =
       static_cast<double>(s1.cpu_experts - s0.cpu_experts) * host.expert_bytes() / o.decode;
   row.decode_tps = o.decode / decode_s;
-  const int64_t lookups = (s1.hits - s0.hits) + (s1.misses - s0.misses);
-  row.hit_rate = tf.expert_store()->all_resident() ? 1.0
-                 : lookups > 0 ? static_cast<double>(s1.hits - s0.hits) / lookups
-                               : 0.0;
+  row.hit_rate = hit_rate(s0, s1);
   row.fetched_mb = fetched / 1e6;
   row.cpu_mb = cpu_bytes / 1e6;
   const double per = 1e3 / o.decode;  // sampled decode passes (graphs replay the rest)
@@ -313,13 +320,9 @@ Row run_budget(const OffloadBenchOptions& o, const Model& model, const HostExper
     for (int64_t i = 0; i < o.decode; ++i, ++pos) next = greedy_step(tf, next, pos, logits);
     row.turn_tps = o.decode / tt.seconds();
     const CudaRuntimeStats u1 = tf.runtime_stats();
-    const int64_t turn_lookups = (u1.hits - u0.hits) + (u1.misses - u0.misses);
-    row.turn_hit_rate = tf.expert_store()->all_resident() ? 1.0
-                        : turn_lookups > 0
-                            ? static_cast<double>(u1.hits - u0.hits) / turn_lookups
-                            : 0.0;
-    row.turn_fetched_mb = static_cast<double>(u1.fetched_bytes - u0.fetched_bytes) / o.decode / 1e6;
-    row.turn_bound = bound(kv_len, row.turn_fetched_mb * 1e6, 0.0);
+    row.turn_hit_rate = hit_rate(u0, u1);
+    row.turn_fetched_mb = fetched_per_step(u0, u1) / 1e6;
+    row.turn_bound = bound(kv_len, fetched_per_step(u0, u1), 0.0);
     for (int64_t e : o.extends) {
       const auto ids = random_ids(e);
       const CudaRuntimeStats a = tf.runtime_stats();

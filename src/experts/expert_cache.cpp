@@ -89,8 +89,8 @@ EnsurePlan ExpertCache::ensure(int64_t layer, std::span<const int32_t> active, i
     slot_for_id_[base + active[i]] = victim;
     // A recent victim (used or put on probation within the window, after the last large
     // step): LRU is cycling.
-    const bool probation = slot_recent(usage_[victim], step_, window_, last_large_) &&
-                           thrash_++ % k_promote_every != k_promote_every - 1;
+    const bool probation =
+        insert_on_probation(usage_[victim], step_, window_, last_large_, thrash_);
     stats_.probation += probation;
     usage_[victim] = probation ? probation_usage(step_) : step_;
     owned[victim] = 1;

@@ -213,11 +213,9 @@ __global__ void __launch_bounds__(32 * W) gqa_kernel(const __grid_constant__ Att
       put_q(r, c, v.x), put_q(r, c + 1, v.y), put_q(r, c + 2, v.z), put_q(r, c + 3, v.w);
     }
   }
-  if constexpr (PACK) {  // rows G .. 7 and 8 + G .. 15
-    for (int i = tid; i < 2 * (8 - static_cast<int>(G)) * HD; i += 32 * k_warps) {
-      const int h = i / ((8 - static_cast<int>(G)) * HD), j = i % ((8 - static_cast<int>(G)) * HD);
-      qs[(8 * h + static_cast<int>(G) + j / HD) * P + j % HD] = __float2bfloat16_rn(0.f);
-    }
+  if constexpr (PACK) {  // rows G .. 7 and their lo rows 8 + G .. 15
+    for (int i = static_cast<int>(G) * HD + tid; i < 8 * HD; i += 32 * k_warps)
+      qs[i / HD * P + i % HD] = qs[(i / HD + 8) * P + i % HD] = __float2bfloat16_rn(0.f);
   } else {
     for (int i = static_cast<int>(G) * HD + tid; i < k_rows * HD; i += 32 * k_warps)
       qs[i / HD * P + i % HD] = ql[i / HD * P + i % HD] = __float2bfloat16_rn(0.f);

@@ -202,9 +202,9 @@ __device__ void ensure_block(const SlotEnsureArgs& a, const HybridSplitArgs& h, 
         const int32_t flat = static_cast<int32_t>(base + active[i]);
         s.id_of_slot[victim] = flat;
         s.slot_for_id[flat] = victim;
-        const bool probation = u_new == step &&
-                               slot_recent(s.usage[victim], step, s.window, last_large) &&
-                               thrash++ % k_promote_every != k_promote_every - 1;
+        const bool probation =
+            u_new == step &&
+            insert_on_probation(s.usage[victim], step, s.window, last_large, thrash);
         n_probation += probation;
         s.usage[victim] = probation ? probation_usage(step) : u_new;
       }
